@@ -1,0 +1,51 @@
+# syntax=docker/dockerfile:1
+#
+# One multi-stage build for both binaries. Pick the one you want with --target:
+#   docker build --target projector -t projector .
+#   docker build --target query-api -t query-api .
+# docker-compose.yml does this for you.
+
+# ---- builder -----------------------------------------------------------------
+FROM rust:1-bookworm AS builder
+
+# rdkafka is built with its `cmake-build` feature (bundled librdkafka), which
+# needs cmake, and it links libcurl for OIDC support.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends cmake libcurl4-openssl-dev \
+    && rm -rf /var/lib/apt/lists/*
+
+WORKDIR /src
+COPY . .
+
+# Cache mounts keep the registry and the target dir between builds (BuildKit).
+# The target dir is a cache mount, so the binaries are copied out of it in the
+# same step to land in the image layer.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/usr/local/cargo/git \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked -p projector -p query-api \
+    && mkdir -p /out \
+    && cp target/release/projector target/release/query-api /out/
+
+# ---- runtime base --------------------------------------------------------------
+FROM debian:bookworm-slim AS runtime
+
+# ca-certificates for TLS to real AWS/Kafka; libcurl4 is the runtime side of
+# the libcurl that librdkafka links.
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends ca-certificates libcurl4 \
+    && rm -rf /var/lib/apt/lists/* \
+    && useradd --system --uid 10001 --no-create-home app
+USER app
+ENV RUST_LOG=info
+
+# ---- targets -------------------------------------------------------------------
+FROM runtime AS projector
+COPY --from=builder /out/projector /usr/local/bin/projector
+ENTRYPOINT ["/usr/local/bin/projector"]
+
+FROM runtime AS query-api
+COPY --from=builder /out/query-api /usr/local/bin/query-api
+ENV LISTEN_ADDR=0.0.0.0:8080
+EXPOSE 8080
+ENTRYPOINT ["/usr/local/bin/query-api"]

@@ -1,0 +1,266 @@
+use super::*;
+use serde_json::json;
+
+fn message(kind: &str, aggregate: &str, data: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "eventId": "e1", "type": kind, "organizationId": "org_1", "aggregateId": aggregate,
+        "sequence": 4, "occurredAt": "2026-11-02T16:20:05.120+01:00", "data": data
+    }))
+    .unwrap()
+}
+
+fn event(topic: Topic, kind: &str, data: Value) -> Event {
+    match decode(topic, Some(b"agg"), &message(kind, "agg", data)) {
+        Ok(Decoded::Event(event)) => event,
+        other => panic!("{kind} did not decode: {other:?}"),
+    }
+}
+
+fn poison(topic: Topic, value: &[u8]) -> String {
+    match decode(topic, None, value) {
+        Err(Poison(reason)) => reason,
+        other => panic!("expected poison, got {other:?}"),
+    }
+}
+
+#[test]
+fn the_envelope_is_decoded_with_occurred_at_in_utc() {
+    let e = event(
+        Topic::Study,
+        "study.completed",
+        json!({"completedAt": "2026-11-02T15:20:00Z"}),
+    );
+    assert_eq!(e.envelope.event_id, "e1");
+    assert_eq!(e.envelope.organization_id, "org_1");
+    assert_eq!(e.envelope.aggregate_id, "agg");
+    assert_eq!(e.envelope.sequence, 4);
+    assert_eq!(
+        e.envelope.occurred_at.to_rfc3339(),
+        "2026-11-02T15:20:05.120+00:00"
+    );
+    assert_eq!(
+        e.body,
+        Body::StudyCompleted {
+            completed_at: "2026-11-02T15:20:00Z".parse().unwrap()
+        }
+    );
+}
+
+#[test]
+fn every_study_event_type_decodes() {
+    let t = Topic::Study;
+    assert_eq!(
+        event(t, "study.created", json!({"internalTitle": "T"})).body,
+        Body::StudyCreated {
+            internal_title: "T".into()
+        }
+    );
+    assert_eq!(
+        event(t, "study.retitled", json!({"internalTitle": "U"})).body,
+        Body::StudyRetitled {
+            internal_title: "U".into()
+        }
+    );
+    assert_eq!(
+        event(t, "study.launched", json!({})).body,
+        Body::StudyLaunched
+    );
+    assert_eq!(
+        event(t, "study.reopened", json!({})).body,
+        Body::StudyReopened
+    );
+    assert_eq!(
+        event(t, "study.deleted", json!({})).body,
+        Body::StudyDeleted
+    );
+}
+
+#[test]
+fn every_interview_event_type_decodes() {
+    let t = Topic::Interview;
+    assert_eq!(
+        event(t, "interview.started", json!({"studyId": "s1"})).body,
+        Body::InterviewStarted {
+            study_id: "s1".into()
+        }
+    );
+    assert_eq!(
+        event(
+            t,
+            "interview.participant_identified",
+            json!({"participantId": "p", "firstName": "Ada", "lastName": null})
+        )
+        .body,
+        Body::ParticipantIdentified(ParticipantIdentified {
+            participant_id: "p".into(),
+            first_name: Some("Ada".into()),
+            last_name: None
+        })
+    );
+    let full = json!({"messageId": "m", "role": "participant", "text": "hi", "translatedText": "salut",
+        "startSeconds": 1.5, "endSeconds": null});
+    assert_eq!(
+        event(t, "interview.message_recorded", full).body,
+        Body::MessageRecorded(MessageRecorded {
+            message_id: "m".into(),
+            role: Role::Participant,
+            text: "hi".into(),
+            translated_text: Some("salut".into()),
+            start_seconds: Some(1.5),
+            end_seconds: None
+        })
+    );
+    let bare = json!({"messageId": "m", "role": "interviewer", "text": "q"});
+    match event(t, "interview.message_recorded", bare).body {
+        Body::MessageRecorded(m) => {
+            assert!(m.role == Role::Interviewer && m.start_seconds.is_none())
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(
+        event(
+            t,
+            "interview.facets_updated",
+            json!({"facets": [{"label": "L", "values": ["a", "b"]}]})
+        )
+        .body,
+        Body::FacetsUpdated {
+            facets: vec![crate::Facet {
+                label: "L".into(),
+                values: vec!["a".into(), "b".into()]
+            }]
+        }
+    );
+    assert_eq!(
+        event(t, "interview.video_stored", json!({"key": "v.mp4"})).body,
+        Body::VideoStored {
+            bucket: None,
+            key: "v.mp4".into()
+        }
+    );
+    assert_eq!(
+        event(
+            t,
+            "interview.video_stored",
+            json!({"bucket": "b", "key": "v.mp4"})
+        )
+        .body,
+        Body::VideoStored {
+            bucket: Some("b".into()),
+            key: "v.mp4".into()
+        }
+    );
+    assert_eq!(
+        event(t, "interview.video_deleted", json!({})).body,
+        Body::VideoDeleted
+    );
+    assert_eq!(
+        event(t, "interview.completed", json!({})).body,
+        Body::InterviewCompleted
+    );
+    assert_eq!(
+        event(t, "interview.hidden", json!({})).body,
+        Body::InterviewHidden
+    );
+    assert_eq!(
+        event(t, "interview.unhidden", json!({})).body,
+        Body::InterviewUnhidden
+    );
+    assert_eq!(
+        event(t, "interview.deleted", json!({})).body,
+        Body::InterviewDeleted
+    );
+}
+
+#[test]
+fn every_api_key_event_type_decodes() {
+    let sha = "a".repeat(64);
+    assert_eq!(
+        event(
+            Topic::ApiKey,
+            "api_key.created",
+            json!({"name": "crm", "keySha256": sha})
+        )
+        .body,
+        Body::ApiKeyCreated {
+            name: "crm".into(),
+            key_sha256: sha
+        }
+    );
+    assert_eq!(
+        event(Topic::ApiKey, "api_key.deleted", json!({})).body,
+        Body::ApiKeyDeleted
+    );
+}
+
+#[test]
+fn an_unknown_type_with_a_valid_envelope_is_skipped_not_poison() {
+    match decode(
+        Topic::Study,
+        None,
+        &message("study.archived", "agg", json!({"x": 1})),
+    ) {
+        Ok(Decoded::Unknown { envelope }) => assert_eq!(envelope.kind, "study.archived"),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn malformed_messages_are_poison_with_a_reason() {
+    assert!(poison(Topic::Study, b"not json").starts_with("invalid envelope"));
+    assert!(poison(Topic::Study, b"[1,2]").starts_with("invalid envelope"));
+    let missing = br#"{"eventId":"e","type":"study.launched","organizationId":"o","aggregateId":"a","sequence":1,"data":{}}"#;
+    assert!(poison(Topic::Study, missing).contains("occurredAt"));
+    let zero = br#"{"eventId":"e","type":"study.launched","organizationId":"o","aggregateId":"a","sequence":0,"occurredAt":"2026-01-01T00:00:00Z","data":{}}"#;
+    assert!(poison(Topic::Study, zero).contains("sequence"));
+    let wrong_type = br#"{"eventId":"e","type":"study.launched","organizationId":"o","aggregateId":"a","sequence":"1","occurredAt":"2026-01-01T00:00:00Z","data":{}}"#;
+    assert!(poison(Topic::Study, wrong_type).starts_with("invalid envelope"));
+    let bad_date = br#"{"eventId":"e","type":"study.launched","organizationId":"o","aggregateId":"a","sequence":1,"occurredAt":"yesterday","data":{}}"#;
+    assert!(poison(Topic::Study, bad_date).starts_with("invalid envelope"));
+    let not_utf8 = b"{\"eventId\":\"\xff\"}";
+    assert!(poison(Topic::Study, not_utf8).starts_with("invalid envelope"));
+}
+
+#[test]
+fn a_known_type_with_bad_data_is_poison() {
+    let reason = poison(
+        Topic::Study,
+        &message("study.created", "agg", json!({"internalTitle": 3})),
+    );
+    assert!(
+        reason.starts_with("invalid data for study.created"),
+        "{reason}"
+    );
+    let reason = poison(Topic::Study, &message("study.completed", "agg", json!({})));
+    assert!(reason.contains("completedAt"), "{reason}");
+    let role = json!({"messageId": "m", "role": "moderator", "text": "q"});
+    poison(
+        Topic::Interview,
+        &message("interview.message_recorded", "agg", role),
+    );
+    let facets = json!({"facets": [{"label": "L"}]});
+    poison(
+        Topic::Interview,
+        &message("interview.facets_updated", "agg", facets),
+    );
+    let sha = json!({"name": "n", "keySha256": "ABC"});
+    poison(Topic::ApiKey, &message("api_key.created", "agg", sha));
+}
+
+#[test]
+fn an_event_on_the_wrong_topic_or_under_the_wrong_key_is_poison() {
+    let reason = poison(
+        Topic::Interview,
+        &message("study.launched", "agg", json!({})),
+    );
+    assert!(reason.contains("belongs on study-events"), "{reason}");
+    let under_other_key = decode(
+        Topic::Study,
+        Some(b"other"),
+        &message("study.launched", "agg", json!({})),
+    );
+    assert_eq!(
+        under_other_key,
+        Err(Poison("message key does not equal aggregateId".into()))
+    );
+}

@@ -1,0 +1,184 @@
+//! Every Redis key name of the read model, in one place, so the projector and the API cannot disagree.
+//!
+//! Layout, under a configurable prefix `P` and a generation `N`:
+//!
+//! | key | type | holds |
+//! |---|---|---|
+//! | `P:active-generation` | string | the generation the API serves |
+//! | `P:gN:owner:<aggregate>:<id>` | string | the organization recorded for an aggregate |
+//! | `P:gN:{<org>}:study:<id>` | hash | `seq`, `state` (projector state), `doc` (when completed) |
+//! | `P:gN:{<org>}:studies` | sorted set | completed studies, score `completedAt` in µs, member id |
+//! | `P:gN:{<org>}:interview:<id>` | hash | `seq`, `state`, `doc` (when completed and visible) |
+//! | `P:gN:{<org>}:transcript:<id>` | string | the interview's WebVTT transcript |
+//! | `P:gN:{<org>}:interviews:<studyId>` | sorted set | completed visible interviews, score `createdAt` in µs |
+//! | `P:gN:{apikeys}:key:<keyId>` | hash | `seq`, `state` of an API key |
+//! | `P:gN:{apikeys}:sha:<sha256>` | hash | `org`, `key`: the organization a live key belongs to |
+//!
+//! The braces are Redis Cluster hash tags: every key of one organization lives in one slot, so each event
+//! and each page read is one atomic script in one slot; the API-key index lives in a slot of its own.
+//! Organization ids are escaped inside the tag so that no id can reach into another organization's keys;
+//! other ids always stand last, after a prefix no other key shares, so they need no escaping.
+
+use crate::Topic;
+
+/// The keys of one generation of the read model under one prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keyspace {
+    prefix: String,
+    generation: u64,
+}
+
+impl Keyspace {
+    /// `prefix` must not contain `{` or `}` (it would change the hash slots).
+    pub fn new(prefix: impl Into<String>, generation: u64) -> Self {
+        let prefix = prefix.into();
+        assert!(
+            !prefix.contains(['{', '}']),
+            "a key prefix must not contain braces"
+        );
+        Self { prefix, generation }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The same prefix at another generation.
+    pub fn at(&self, generation: u64) -> Self {
+        Self {
+            prefix: self.prefix.clone(),
+            generation,
+        }
+    }
+
+    /// The pointer to the generation the API serves.
+    pub fn active_generation(prefix: &str) -> String {
+        format!("{prefix}:active-generation")
+    }
+
+    /// Every key of this generation matches this pattern (for SCAN).
+    pub fn pattern(&self) -> String {
+        format!("{}:g{}:*", self.prefix, self.generation)
+    }
+
+    fn base(&self) -> String {
+        format!("{}:g{}", self.prefix, self.generation)
+    }
+
+    fn org(&self, org: &str) -> String {
+        format!("{}:{{{}}}", self.base(), escape(org))
+    }
+
+    pub fn owner(&self, topic: Topic, id: &str) -> String {
+        format!("{}:owner:{}:{id}", self.base(), topic.aggregate())
+    }
+
+    /// The state hash of an aggregate: in its organization's slot, or the API-key slot for keys.
+    pub fn aggregate(&self, topic: Topic, org: &str, id: &str) -> String {
+        match topic {
+            Topic::Study => format!("{}:study:{id}", self.org(org)),
+            Topic::Interview => format!("{}:interview:{id}", self.org(org)),
+            Topic::ApiKey => format!("{}:{{apikeys}}:key:{id}", self.base()),
+        }
+    }
+
+    pub fn studies(&self, org: &str) -> String {
+        format!("{}:studies", self.org(org))
+    }
+
+    pub fn study(&self, org: &str, id: &str) -> String {
+        self.aggregate(Topic::Study, org, id)
+    }
+
+    pub fn interview(&self, org: &str, id: &str) -> String {
+        self.aggregate(Topic::Interview, org, id)
+    }
+
+    pub fn transcript(&self, org: &str, interview_id: &str) -> String {
+        format!("{}:transcript:{interview_id}", self.org(org))
+    }
+
+    pub fn interviews(&self, org: &str, study_id: &str) -> String {
+        format!("{}:interviews:{study_id}", self.org(org))
+    }
+
+    pub fn api_key_sha(&self, sha256_hex: &str) -> String {
+        format!("{}:{{apikeys}}:sha:{sha256_hex}", self.base())
+    }
+}
+
+/// Escapes the characters that could end a hash tag or a key segment early.
+fn escape(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for c in id.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            ':' => out.push_str("%3A"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The hash tag Redis Cluster would use for `key` (the whole key when it has none).
+pub fn hash_tag(key: &str) -> &str {
+    if let Some(open) = key.find('{') {
+        if let Some(len) = key[open + 1..].find('}') {
+            if len > 0 {
+                return &key[open + 1..open + 1 + len];
+            }
+        }
+    }
+    key
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_of_an_organization_shares_its_hash_tag() {
+        let ks = Keyspace::new("rm", 3);
+        for org in ["org_1", "a}b", "x:{y}", "%7D"] {
+            let keys = [
+                ks.study(org, "s"),
+                ks.studies(org),
+                ks.interview(org, "i"),
+                ks.transcript(org, "i"),
+                ks.interviews(org, "s"),
+            ];
+            for key in &keys {
+                assert_eq!(hash_tag(key), escape(org), "{key}");
+            }
+        }
+    }
+
+    #[test]
+    fn organizations_that_differ_get_different_tags() {
+        let ks = Keyspace::new("rm", 1);
+        let tags: std::collections::HashSet<_> = ["a}b", "a", "a%7Db", "a:b", "a%3Ab"]
+            .iter()
+            .map(|org| hash_tag(&ks.studies(org)).to_string())
+            .collect();
+        assert_eq!(tags.len(), 5);
+    }
+
+    #[test]
+    fn api_keys_live_in_their_own_slot_and_keys_carry_the_generation() {
+        let ks = Keyspace::new("rm", 7);
+        assert_eq!(hash_tag(&ks.api_key_sha("ab")), "apikeys");
+        assert_eq!(
+            hash_tag(&ks.aggregate(Topic::ApiKey, "org", "k")),
+            "apikeys"
+        );
+        assert_eq!(ks.study("o", "s"), "rm:g7:{o}:study:s");
+        assert!(ks.owner(Topic::Interview, "i").starts_with("rm:g7:"));
+        assert_ne!(ks.at(8).study("o", "s"), ks.study("o", "s"));
+    }
+}

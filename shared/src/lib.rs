@@ -1,0 +1,13 @@
+//! Wire types shared by the projector (which writes the read model) and the query API (which reads it).
+//!
+//! Keeping the event contract, the stored documents and every Redis key name in one thin crate means the
+//! two binaries cannot disagree about what is on the bus or where a document lives.
+
+pub mod documents;
+pub mod events;
+pub mod keys;
+pub mod time;
+
+pub use documents::{Facet, InterviewDocument, Participant, StudyDocument, VideoObject};
+pub use events::{decode, Decoded, Envelope, Event, Poison, Topic};
+pub use keys::Keyspace;
