@@ -77,6 +77,23 @@ pub enum Body {
     ApiKeyDeleted,
 }
 
+impl Body {
+    /// The topic, and so the aggregate, this event belongs to.
+    pub fn topic(&self) -> Topic {
+        use Body::*;
+        match self {
+            StudyCreated { .. }
+            | StudyRetitled { .. }
+            | StudyLaunched
+            | StudyCompleted { .. }
+            | StudyReopened
+            | StudyDeleted => Topic::Study,
+            ApiKeyCreated { .. } | ApiKeyDeleted => Topic::ApiKey,
+            _ => Topic::Interview,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ParticipantIdentified {

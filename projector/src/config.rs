@@ -1,0 +1,101 @@
+//! Command-line and environment configuration of the projector.
+
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+use shared::Topic;
+
+#[derive(Debug, Clone, Parser)]
+#[command(
+    name = "projector",
+    version,
+    about = "Projects study, interview and API-key events from Kafka into the Redis read model."
+)]
+pub struct Config {
+    /// Kafka bootstrap servers, comma-separated host:port.
+    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
+    pub brokers: String,
+
+    /// Consumer group id; every instance of one projection shares it.
+    #[arg(
+        long,
+        env = "PROJECTOR_GROUP_ID",
+        default_value = "read-model-projector"
+    )]
+    pub group_id: String,
+
+    /// Topic of study events.
+    #[arg(long, env = "STUDY_TOPIC", default_value = "study-events")]
+    pub study_topic: String,
+
+    /// Topic of interview events.
+    #[arg(long, env = "INTERVIEW_TOPIC", default_value = "interview-events")]
+    pub interview_topic: String,
+
+    /// Topic of organization API-key events.
+    #[arg(long, env = "API_KEY_TOPIC", default_value = "api-key-events")]
+    pub api_key_topic: String,
+
+    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+
+    /// Prefix of every read-model key (no braces); lets several read models share one Redis.
+    #[arg(long, env = "KEY_PREFIX", default_value = "rm")]
+    pub key_prefix: String,
+
+    /// Generation to write; by default the active one (1 on a new Redis).
+    #[arg(long, env = "PROJECTOR_GENERATION")]
+    pub generation: Option<u64>,
+
+    /// Most messages applied in one batch (one set of pipelined Redis round trips and one offset commit).
+    #[arg(long, env = "BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    pub batch_size: u32,
+
+    /// How long a batch waits to fill up before it is applied, in milliseconds.
+    #[arg(long, env = "BATCH_LINGER_MS", default_value_t = 20)]
+    pub batch_linger_ms: u64,
+
+    /// Timeout of each Redis call, in milliseconds; a call that times out is retried with backoff.
+    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 5000)]
+    pub redis_timeout_ms: u64,
+
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Config {
+    /// The configured name of a topic.
+    pub fn topic_name(&self, topic: Topic) -> &str {
+        match topic {
+            Topic::Study => &self.study_topic,
+            Topic::Interview => &self.interview_topic,
+            Topic::ApiKey => &self.api_key_topic,
+        }
+    }
+
+    /// Which contract topic a configured topic name is.
+    pub fn topic_of(&self, name: &str) -> Option<Topic> {
+        Topic::ALL.into_iter().find(|t| self.topic_name(*t) == name)
+    }
+
+    pub fn linger(&self) -> Duration {
+        Duration::from_millis(self.batch_linger_ms)
+    }
+
+    pub fn redis_timeout(&self) -> Duration {
+        Duration::from_millis(self.redis_timeout_ms)
+    }
+}
+
+/// The dead-letter topic of a topic.
+pub fn dead_letter_topic(topic: &str) -> String {
+    format!("{topic}.dlq")
+}
