@@ -1,1 +1,56 @@
-//! Helpers for the end-to-end tests.
+//! Helpers for the end-to-end tests: connections to the local stack, isolated topics and key prefixes,
+//! event builders, a canonical dump of a read-model generation, and polling with a deadline.
+//!
+//! The servers come from `scripts/stack up`; its `.stack/env` sets `KAFKA_BROKERS`, `REDIS_URL` and the
+//! S3 variables. Each test creates its own topics and key prefix, so tests run in parallel.
+
+pub mod dump;
+pub mod events;
+pub mod kafka;
+pub mod projector;
+pub mod read_model;
+pub mod scenario;
+
+use std::future::Future;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// An environment variable the stack sets, with a message that says how to get it.
+pub fn env(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| {
+        panic!("{name} is not set: start the local stack with `scripts/stack up` and `source .stack/env`")
+    })
+}
+
+/// A name no other test uses.
+pub fn unique(label: &str) -> String {
+    format!("{label}-{}", uuid::Uuid::new_v4().simple())
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or panics with `what` after `timeout`.
+pub async fn eventually<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A Redis connection to the stack's Redis.
+pub async fn redis() -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(env("REDIS_URL")).expect("valid REDIS_URL");
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("redis is reachable")
+}

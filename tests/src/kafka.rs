@@ -1,0 +1,163 @@
+//! Topics of one test, and publishing to and reading from them.
+
+use std::time::Duration;
+
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use shared::Topic;
+
+use crate::{env, unique};
+
+pub const PARTITIONS: i32 = 3;
+
+/// The three topics (and their dead-letter topics) of one test.
+#[derive(Debug, Clone)]
+pub struct Topics {
+    pub study: String,
+    pub interview: String,
+    pub api_key: String,
+}
+
+impl Topics {
+    /// Creates fresh topics with [`PARTITIONS`] partitions each.
+    pub async fn create() -> Self {
+        let run = unique("t");
+        let topics = Self {
+            study: format!("{run}-study-events"),
+            interview: format!("{run}-interview-events"),
+            api_key: format!("{run}-api-key-events"),
+        };
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", env("KAFKA_BROKERS"))
+            .create()
+            .expect("admin client");
+        let names: Vec<String> = Topic::ALL
+            .iter()
+            .flat_map(|t| {
+                [
+                    topics.name(*t).to_string(),
+                    format!("{}.dlq", topics.name(*t)),
+                ]
+            })
+            .collect();
+        let new: Vec<NewTopic> = names
+            .iter()
+            .map(|n| NewTopic::new(n, PARTITIONS, TopicReplication::Fixed(1)))
+            .collect();
+        let results = admin
+            .create_topics(&new, &AdminOptions::new())
+            .await
+            .expect("create topics");
+        for result in results {
+            result.expect("topic created");
+        }
+        topics
+    }
+
+    pub fn name(&self, topic: Topic) -> &str {
+        match topic {
+            Topic::Study => &self.study,
+            Topic::Interview => &self.interview,
+            Topic::ApiKey => &self.api_key,
+        }
+    }
+}
+
+/// One message to publish: topic, key, value.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub topic: Topic,
+    pub key: String,
+    pub value: Vec<u8>,
+}
+
+pub fn producer() -> FutureProducer {
+    ClientConfig::new()
+        .set("bootstrap.servers", env("KAFKA_BROKERS"))
+        .set("linger.ms", "5")
+        .set("message.timeout.ms", "60000")
+        .create()
+        .expect("producer")
+}
+
+/// Publishes the messages in order (per key, order is kept: one key goes to one partition).
+pub async fn publish(producer: &FutureProducer, topics: &Topics, messages: &[Outgoing]) {
+    for chunk in messages.chunks(2000) {
+        let sends = chunk.iter().map(|m| {
+            let record = FutureRecord::to(topics.name(m.topic))
+                .key(&m.key)
+                .payload(&m.value);
+            producer.send(record, Duration::from_secs(30))
+        });
+        for result in futures::future::join_all(sends).await {
+            result.map_err(|(e, _)| e).expect("message delivered");
+        }
+    }
+}
+
+/// A message read back from a topic, with its headers as strings.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// Reads every partition of `topic` from the start until `count` messages are in, or `timeout` passes.
+pub async fn read(topic: &str, count: usize, timeout: Duration) -> Vec<Received> {
+    let topic = topic.to_string();
+    tokio::task::spawn_blocking(move || {
+        let consumer: BaseConsumer = ClientConfig::new()
+            .set("bootstrap.servers", env("KAFKA_BROKERS"))
+            .set("group.id", unique("reader"))
+            .set("enable.auto.commit", "false")
+            .create()
+            .expect("consumer");
+        let mut list = TopicPartitionList::new();
+        for p in 0..PARTITIONS {
+            list.add_partition_offset(&topic, p, Offset::Beginning)
+                .expect("partition");
+        }
+        consumer.assign(&list).expect("assign");
+        let deadline = std::time::Instant::now() + timeout;
+        let mut out = Vec::new();
+        while out.len() < count && std::time::Instant::now() < deadline {
+            if let Some(Ok(m)) = consumer.poll(Duration::from_millis(200)) {
+                let headers = m
+                    .headers()
+                    .map(|h| {
+                        h.iter()
+                            .map(|h| {
+                                (
+                                    h.key.to_string(),
+                                    String::from_utf8_lossy(h.value.unwrap_or_default()).into(),
+                                )
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                out.push(Received {
+                    key: m.key().map(<[u8]>::to_vec),
+                    value: m.payload().map(<[u8]>::to_vec),
+                    headers,
+                });
+            }
+        }
+        out
+    })
+    .await
+    .expect("reader thread")
+}

@@ -1,0 +1,95 @@
+//! Running the projector for a test: in-process through its library, or as the real binary.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+
+use clap::Parser;
+use projector::{Config, Projector, Stats};
+use tokio::sync::watch;
+
+use crate::env;
+use crate::kafka::Topics;
+
+/// The projector's arguments for a test's topics, key prefix and consumer group.
+pub fn args(topics: &Topics, prefix: &str, group: &str) -> Vec<String> {
+    let pairs = [
+        ("--brokers", env("KAFKA_BROKERS")),
+        ("--redis-url", env("REDIS_URL")),
+        ("--group-id", group.to_string()),
+        ("--study-topic", topics.study.clone()),
+        ("--interview-topic", topics.interview.clone()),
+        ("--api-key-topic", topics.api_key.clone()),
+        ("--key-prefix", prefix.to_string()),
+        ("--batch-linger-ms", "5".to_string()),
+    ];
+    pairs
+        .into_iter()
+        .flat_map(|(k, v)| [k.to_string(), v])
+        .collect()
+}
+
+pub fn config(topics: &Topics, prefix: &str, group: &str) -> Config {
+    Config::parse_from(std::iter::once("projector".to_string()).chain(args(topics, prefix, group)))
+}
+
+/// A projector running in this process.
+pub struct Running {
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), projector::Error>>,
+    pub stats: Arc<Stats>,
+}
+
+pub async fn spawn(config: Config) -> Running {
+    let (stop, stopped) = watch::channel(false);
+    let projector = Projector::connect(config, stopped.clone())
+        .await
+        .expect("projector connects")
+        .expect("not stopped");
+    let stats = projector.stats();
+    let task = tokio::spawn(projector.run(stopped));
+    Running { stop, task, stats }
+}
+
+impl Running {
+    /// Messages consumed so far, whatever became of them.
+    pub fn consumed(&self) -> u64 {
+        let s = self.stats.snapshot();
+        s.applied + s.duplicates + s.refused + s.skipped + s.dead_lettered
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task
+            .await
+            .expect("projector task")
+            .expect("projector ends cleanly");
+    }
+}
+
+/// The projector binary built next to this test binary (`cargo build -p projector` builds it).
+pub fn binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let path = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target dir")
+        .join("projector");
+    assert!(
+        path.exists(),
+        "{} is missing: run `cargo build -p projector` first",
+        path.display()
+    );
+    path
+}
+
+/// Starts the real projector binary.
+pub fn spawn_process(topics: &Topics, prefix: &str, group: &str) -> Child {
+    Command::new(binary())
+        .args(args(topics, prefix, group))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("projector starts")
+}

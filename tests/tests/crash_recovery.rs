@@ -1,0 +1,109 @@
+//! The real projector binary killed with SIGKILL again and again during a large replay ends with exactly
+//! the read model of an uninterrupted run: offsets are committed only after Redis has the events, and
+//! applying an event twice changes nothing.
+
+use std::process::Child;
+use std::time::Duration;
+
+use end_to_end::dump::{digest, dump};
+use end_to_end::kafka::{self, Topics};
+use end_to_end::scenario::Scenario;
+use end_to_end::{eventually, projector, redis, unique};
+use redis::AsyncCommands;
+use shared::Keyspace;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() {
+    let topics = Topics::create().await;
+    let scenario = Scenario::generate(0x5eed_0002, 5, 25, 10);
+    let total = scenario.messages.len();
+    kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
+    let mut conn = redis().await;
+
+    let reference = Keyspace::new(unique("rm"), 1);
+    let running =
+        projector::spawn(projector::config(&topics, reference.prefix(), &unique("g"))).await;
+    eventually(
+        Duration::from_secs(120),
+        "the uninterrupted run",
+        || async { (running.consumed() >= total as u64).then_some(()) },
+    )
+    .await;
+    running.stop().await;
+    let expected = dump(&mut conn, &reference).await;
+    assert!(
+        expected.len() > 1000,
+        "a large read model: {} keys",
+        expected.len()
+    );
+
+    let killed = Keyspace::new(unique("rm"), 1);
+    let group = unique("g");
+    let mut child = projector::spawn_process(&topics, killed.prefix(), &group);
+    for quarter in 1..=3 {
+        // Kill once the projector has reached the aggregate of a message further along the stream.
+        let message = &scenario.messages[total * quarter / 4];
+        let owner = killed.owner(message.topic, &message.key);
+        eventually(Duration::from_secs(120), "progress before the kill", || {
+            let mut conn = conn.clone();
+            let owner = owner.clone();
+            async move { conn.exists::<_, bool>(&owner).await.unwrap().then_some(()) }
+        })
+        .await;
+        child.kill().expect("SIGKILL");
+        child.wait().expect("killed projector exits");
+        child = projector::spawn_process(&topics, killed.prefix(), &group);
+    }
+    let expected_digest = digest(&expected);
+    eventually(Duration::from_secs(180), "the killed run to converge", || {
+        let mut conn = conn.clone();
+        let killed = killed.clone();
+        let expected_digest = expected_digest.clone();
+        async move { (digest(&dump(&mut conn, &killed).await) == expected_digest).then_some(()) }
+    })
+    .await;
+    assert_eq!(dump(&mut conn, &killed).await, expected);
+    terminate(child);
+}
+
+/// SIGTERM, then the projector must finish its batch, commit and exit cleanly.
+fn terminate(mut child: Child) {
+    let status = std::process::Command::new("kill")
+        .arg("-TERM")
+        .arg(child.id().to_string())
+        .status();
+    assert!(status.expect("kill runs").success());
+    let exit = child.wait().expect("projector exits");
+    assert!(exit.success(), "graceful shutdown exits 0, got {exit}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_projector_resumes_from_its_committed_offsets() {
+    let topics = Topics::create().await;
+    let scenario = Scenario::generate(0x5eed_0003, 1, 4, 3);
+    let (first, second) = scenario.messages.split_at(scenario.messages.len() / 2);
+    let producer = kafka::producer();
+    kafka::publish(&producer, &topics, first).await;
+    let prefix = unique("rm");
+    let group = unique("g");
+    let running = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    eventually(Duration::from_secs(60), "the first half", || async {
+        (running.consumed() >= first.len() as u64).then_some(())
+    })
+    .await;
+    running.stop().await;
+
+    kafka::publish(&producer, &topics, second).await;
+    let running = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    eventually(Duration::from_secs(60), "the second half", || async {
+        (running.consumed() >= second.len() as u64).then_some(())
+    })
+    .await;
+    // Nothing of the first half was consumed again: the group's offsets were committed on shutdown.
+    assert_eq!(running.consumed(), second.len() as u64);
+    let keys = Keyspace::new(prefix, 1);
+    let org = &scenario.organizations()[0];
+    let actual = end_to_end::read_model::read(&mut redis().await, &keys, &scenario, org).await;
+    assert_eq!(actual, scenario.expected(org));
+    running.stop().await;
+}

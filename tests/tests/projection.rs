@@ -1,0 +1,288 @@
+//! The projector against the real broker and Redis: the read model it builds, and what it does with
+//! duplicates, poison messages, unknown types and events of another organization.
+
+use std::time::Duration;
+
+use end_to_end::events::{event, raw};
+use end_to_end::kafka::{self, Topics};
+use end_to_end::scenario::Scenario;
+use end_to_end::{eventually, projector, read_model, redis, unique};
+use redis::AsyncCommands;
+use serde_json::json;
+use shared::{Keyspace, Topic};
+
+const WAIT: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generated_stream_with_duplicates_and_interleaving_yields_exactly_the_model_state() {
+    let topics = Topics::create().await;
+    let scenario = Scenario::generate(0x5eed_0001, 3, 8, 6);
+    kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
+    let prefix = unique("rm");
+    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
+    let total = scenario.messages.len() as u64;
+    eventually(WAIT, "every message consumed", || async {
+        (running.consumed() >= total).then_some(())
+    })
+    .await;
+
+    let stats = running.stats.snapshot();
+    assert!(
+        stats.duplicates > 0,
+        "the stream redelivers events: {stats:?}"
+    );
+    assert_eq!(
+        (stats.refused, stats.dead_lettered, stats.skipped),
+        (0, 0, 0)
+    );
+    let keys = Keyspace::new(prefix, 1);
+    let mut conn = redis().await;
+    for org in scenario.organizations() {
+        let expected = scenario.expected(&org);
+        assert!(
+            !expected.studies.is_empty() && !expected.interviews.is_empty(),
+            "the scenario covers lists"
+        );
+        let actual = read_model::read(&mut conn, &keys, &scenario, &org).await;
+        assert_eq!(actual, expected, "read model of {org}");
+    }
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_messages_go_to_the_dead_letter_topic_and_the_partition_goes_on() {
+    let topics = Topics::create().await;
+    let at = "2026-05-01T10:00:00Z";
+    let messages = vec![
+        event(
+            Topic::Study,
+            "org",
+            "s1",
+            1,
+            "study.created",
+            at,
+            json!({"internalTitle": "Before"}),
+        ),
+        raw(Topic::Study, "s1", "{not json"),
+        event(
+            Topic::Study,
+            "org",
+            "s1",
+            2,
+            "study.completed",
+            at,
+            json!({"completedAt": 17}),
+        ),
+        raw(
+            Topic::Study,
+            "s1",
+            r#"{"eventId":"x","type":"study.launched","organizationId":"org","aggregateId":"s1","sequence":2,"data":{}}"#,
+        ),
+        event(
+            Topic::Study,
+            "org",
+            "s1",
+            2,
+            "study.completed",
+            at,
+            json!({"completedAt": "2026-05-01T09:00:00Z"}),
+        ),
+    ];
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let prefix = unique("rm");
+    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
+    eventually(WAIT, "every message consumed", || async {
+        (running.consumed() >= 5).then_some(())
+    })
+    .await;
+
+    let keys = Keyspace::new(prefix, 1);
+    let studies: Vec<String> = redis()
+        .await
+        .zrange(keys.studies("org"), 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(
+        studies,
+        ["s1"],
+        "the events after the poison messages were applied"
+    );
+    assert_eq!(running.stats.snapshot().dead_lettered, 3);
+
+    let letters = kafka::read(&format!("{}.dlq", topics.study), 3, WAIT).await;
+    assert_eq!(letters.len(), 3);
+    for letter in &letters {
+        assert_eq!(
+            letter.key.as_deref(),
+            Some(&b"s1"[..]),
+            "the original key is kept"
+        );
+        assert_eq!(letter.header("dlq-topic"), Some(topics.study.as_str()));
+        assert!(letter.header("dlq-offset").is_some());
+    }
+    let reason_of = |value: &[u8]| {
+        let letter = letters
+            .iter()
+            .find(|l| l.value.as_deref() == Some(value))
+            .expect("the original value is kept");
+        letter.header("dlq-reason").unwrap().to_string()
+    };
+    assert!(reason_of(b"{not json").starts_with("invalid envelope"));
+    assert!(reason_of(&messages[2].value).starts_with("invalid data for study.completed"));
+    assert!(reason_of(&messages[3].value).contains("occurredAt"));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_of_another_organization_changes_nothing() {
+    let topics = Topics::create().await;
+    let at = "2026-05-01T10:00:00Z";
+    let completed = json!({"completedAt": "2026-05-01T09:00:00Z"});
+    let messages = vec![
+        event(
+            Topic::Study,
+            "org_a",
+            "s1",
+            1,
+            "study.created",
+            at,
+            json!({"internalTitle": "Mine"}),
+        ),
+        event(
+            Topic::Study,
+            "org_a",
+            "s1",
+            2,
+            "study.completed",
+            at,
+            completed.clone(),
+        ),
+        event(
+            Topic::Study,
+            "org_b",
+            "s1",
+            3,
+            "study.retitled",
+            "2026-06-01T00:00:00Z",
+            json!({"internalTitle": "Stolen"}),
+        ),
+        event(
+            Topic::Study,
+            "org_b",
+            "s1",
+            4,
+            "study.completed",
+            "2026-06-01T00:00:00Z",
+            completed,
+        ),
+        // A key of org_a, then a deletion claimed by org_b: the key stays live.
+        event(
+            Topic::ApiKey,
+            "org_a",
+            "k1",
+            1,
+            "api_key.created",
+            at,
+            json!({"name": "crm", "keySha256": "ab".repeat(32)}),
+        ),
+        event(
+            Topic::ApiKey,
+            "org_b",
+            "k1",
+            2,
+            "api_key.deleted",
+            at,
+            json!({}),
+        ),
+    ];
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let prefix = unique("rm");
+    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
+    eventually(WAIT, "every message consumed", || async {
+        (running.consumed() >= 6).then_some(())
+    })
+    .await;
+
+    assert_eq!(running.stats.snapshot().refused, 3);
+    let keys = Keyspace::new(prefix, 1);
+    let mut conn = redis().await;
+    let doc: String = conn.hget(keys.study("org_a", "s1"), "doc").await.unwrap();
+    assert!(
+        doc.contains(r#""internalTitle":"Mine""#)
+            && doc.contains(r#""updatedAt":"2026-05-01T10:00:00Z""#),
+        "{doc}"
+    );
+    let seq: u64 = conn.hget(keys.study("org_a", "s1"), "seq").await.unwrap();
+    assert_eq!(seq, 2);
+    let other: Vec<String> = conn.zrange(keys.studies("org_b"), 0, -1).await.unwrap();
+    assert!(other.is_empty());
+    let exists: bool = conn.exists(keys.study("org_b", "s1")).await.unwrap();
+    assert!(!exists);
+    let owner: Option<String> = conn
+        .hget(keys.api_key_sha(&"ab".repeat(32)), "org")
+        .await
+        .unwrap();
+    assert_eq!(owner.as_deref(), Some("org_a"));
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_event_type_is_skipped_and_counted_and_later_events_still_apply() {
+    let topics = Topics::create().await;
+    let at = "2026-05-01T10:00:00Z";
+    let messages = vec![
+        event(
+            Topic::Interview,
+            "org",
+            "i1",
+            1,
+            "interview.started",
+            at,
+            json!({"studyId": "s1"}),
+        ),
+        event(
+            Topic::Interview,
+            "org",
+            "i1",
+            2,
+            "interview.sentiment_scored",
+            at,
+            json!({"score": 0.9}),
+        ),
+        event(
+            Topic::Interview,
+            "org",
+            "i1",
+            3,
+            "interview.completed",
+            "2026-05-01T11:00:00Z",
+            json!({}),
+        ),
+    ];
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let prefix = unique("rm");
+    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
+    eventually(WAIT, "every message consumed", || async {
+        (running.consumed() >= 3).then_some(())
+    })
+    .await;
+
+    let stats = running.stats.snapshot();
+    assert_eq!(
+        (
+            stats.skipped,
+            stats.applied,
+            stats.gaps,
+            stats.dead_lettered
+        ),
+        (1, 2, 1, 0)
+    );
+    let keys = Keyspace::new(prefix, 1);
+    let listed: Vec<String> = redis()
+        .await
+        .zrange(keys.interviews("org", "s1"), 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(listed, ["i1"]);
+    running.stop().await;
+}
