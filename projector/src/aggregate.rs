@@ -122,12 +122,7 @@ pub struct Outcome {
 /// Applies `events` (one aggregate's, in arrival order, all of its organization) to `state` last applied
 /// at `sequence`. Events at or below the applied sequence are duplicates and change nothing; a jump in
 /// sequence is a gap, applied and counted.
-pub fn fold(
-    aggregate_id: &str,
-    mut sequence: u64,
-    mut state: State,
-    events: &[&Event],
-) -> (Outcome, Tally) {
+pub fn fold(aggregate_id: &str, mut sequence: u64, mut state: State, events: &[&Event]) -> (Outcome, Tally) {
     let mut tally = Tally::default();
     let mut cues = String::new();
     for event in events {
@@ -138,12 +133,7 @@ pub fn fold(
         }
         if envelope.sequence > sequence + 1 {
             tally.gaps += 1;
-            tracing::warn!(
-                aggregate = aggregate_id,
-                expected = sequence + 1,
-                got = envelope.sequence,
-                "sequence gap"
-            );
+            tracing::warn!(aggregate = aggregate_id, expected = sequence + 1, got = envelope.sequence, "sequence gap");
         }
         sequence = envelope.sequence;
         tally.applied += 1;
@@ -186,10 +176,7 @@ fn apply(state: &mut State, event: &Event, cues: &mut String) {
                 Body::ParticipantIdentified(p) => {
                     interview.participant = Some(Participant {
                         id: p.participant_id.clone(),
-                        name: participant::display_name(
-                            p.first_name.as_deref(),
-                            p.last_name.as_deref(),
-                        ),
+                        name: participant::display_name(p.first_name.as_deref(), p.last_name.as_deref()),
                     })
                 }
                 Body::MessageRecorded(m) if m.role == Role::Participant && !interview.deleted => {
@@ -197,10 +184,7 @@ fn apply(state: &mut State, event: &Event, cues: &mut String) {
                 }
                 Body::FacetsUpdated { facets } => interview.facets = facets.clone(),
                 Body::VideoStored { bucket, key } => {
-                    interview.video = Some(VideoObject {
-                        bucket: bucket.clone(),
-                        key: key.clone(),
-                    })
+                    interview.video = Some(VideoObject { bucket: bucket.clone(), key: key.clone() })
                 }
                 Body::VideoDeleted => interview.video = None,
                 Body::InterviewCompleted => interview.completed = true,
@@ -235,11 +219,7 @@ fn outcome(id: &str, sequence: u64, state: State, cues: String) -> Outcome {
                     created_at: format_time(study.created_at),
                     updated_at: format_time(study.updated_at),
                 };
-                (
-                    Some(to_json(&doc)),
-                    IndexChange::Add(score(&completed_at)),
-                    TranscriptChange::Keep,
-                )
+                (Some(to_json(&doc)), IndexChange::Add(score(&completed_at)), TranscriptChange::Keep)
             }
             _ => (None, IndexChange::Remove, TranscriptChange::Keep),
         },
@@ -279,13 +259,7 @@ fn outcome(id: &str, sequence: u64, state: State, cues: String) -> Outcome {
             (None, index, TranscriptChange::Keep)
         }
     };
-    Outcome {
-        sequence,
-        state,
-        document,
-        index,
-        transcript,
-    }
+    Outcome { sequence, state, document, index, transcript }
 }
 
 fn format_time(at: Option<DateTime<Utc>>) -> String {

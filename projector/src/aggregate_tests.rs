@@ -19,44 +19,18 @@ fn run(topic: Topic, events: &[Event]) -> (Outcome, Tally) {
 fn study_events() -> Vec<Event> {
     let s = Topic::Study;
     vec![
-        ev(
-            s,
-            1,
-            "study.created",
-            "2026-01-01T10:00:00+02:00",
-            json!({"internalTitle": "Draft title"}),
-        ),
-        ev(
-            s,
-            2,
-            "study.retitled",
-            "2026-01-02T00:00:00Z",
-            json!({"internalTitle": "Final title"}),
-        ),
+        ev(s, 1, "study.created", "2026-01-01T10:00:00+02:00", json!({"internalTitle": "Draft title"})),
+        ev(s, 2, "study.retitled", "2026-01-02T00:00:00Z", json!({"internalTitle": "Final title"})),
         ev(s, 3, "study.launched", "2026-01-03T00:00:00Z", json!({})),
-        ev(
-            s,
-            4,
-            "study.completed",
-            "2026-01-04T00:00:00Z",
-            json!({"completedAt": "2026-01-03T23:30:00-01:00"}),
-        ),
+        ev(s, 4, "study.completed", "2026-01-04T00:00:00Z", json!({"completedAt": "2026-01-03T23:30:00-01:00"})),
     ]
 }
 
 #[test]
 fn a_completed_study_gets_a_document_and_a_place_in_the_completed_list() {
     let (outcome, tally) = run(Topic::Study, &study_events());
-    assert_eq!(
-        tally,
-        Tally {
-            applied: 4,
-            duplicates: 0,
-            gaps: 0
-        }
-    );
-    let doc: serde_json::Value =
-        serde_json::from_str(outcome.document.as_deref().unwrap()).unwrap();
+    assert_eq!(tally, Tally { applied: 4, duplicates: 0, gaps: 0 });
+    let doc: serde_json::Value = serde_json::from_str(outcome.document.as_deref().unwrap()).unwrap();
     assert_eq!(
         doc,
         json!({"id": "a1", "internalTitle": "Final title", "completedOn": "2026-01-04",
@@ -72,31 +46,13 @@ fn a_study_that_is_not_completed_has_no_document() {
     let mut events = study_events();
     events.truncate(3);
     let (outcome, _) = run(Topic::Study, &events);
-    assert_eq!(
-        (outcome.document, outcome.index),
-        (None, IndexChange::Remove)
-    );
+    assert_eq!((outcome.document, outcome.index), (None, IndexChange::Remove));
     events = study_events();
-    events.push(ev(
-        Topic::Study,
-        5,
-        "study.reopened",
-        "2026-01-05T00:00:00Z",
-        json!({}),
-    ));
+    events.push(ev(Topic::Study, 5, "study.reopened", "2026-01-05T00:00:00Z", json!({})));
     let (outcome, _) = run(Topic::Study, &events);
-    assert_eq!(
-        (outcome.document, outcome.index),
-        (None, IndexChange::Remove)
-    );
+    assert_eq!((outcome.document, outcome.index), (None, IndexChange::Remove));
     events = study_events();
-    events.push(ev(
-        Topic::Study,
-        5,
-        "study.deleted",
-        "2026-01-05T00:00:00Z",
-        json!({}),
-    ));
+    events.push(ev(Topic::Study, 5, "study.deleted", "2026-01-05T00:00:00Z", json!({})));
     events.push(ev(
         Topic::Study,
         6,
@@ -105,75 +61,33 @@ fn a_study_that_is_not_completed_has_no_document() {
         json!({"completedAt": "2026-01-06T00:00:00Z"}),
     ));
     let (outcome, _) = run(Topic::Study, &events);
-    assert_eq!(
-        (outcome.document, outcome.index),
-        (None, IndexChange::Remove),
-        "deleted is final"
-    );
+    assert_eq!((outcome.document, outcome.index), (None, IndexChange::Remove), "deleted is final");
 }
 
 #[test]
 fn duplicates_change_nothing_and_gaps_are_applied_and_counted() {
     let all = study_events();
-    let with_duplicates = vec![
-        all[0].clone(),
-        all[0].clone(),
-        all[1].clone(),
-        all[0].clone(),
-        all[3].clone(),
-    ];
+    let with_duplicates = vec![all[0].clone(), all[0].clone(), all[1].clone(), all[0].clone(), all[3].clone()];
     let (outcome, tally) = run(Topic::Study, &with_duplicates);
-    assert_eq!(
-        tally,
-        Tally {
-            applied: 3,
-            duplicates: 2,
-            gaps: 1
-        }
-    );
-    assert!(
-        outcome.document.is_some(),
-        "the gap did not block completion"
-    );
+    assert_eq!(tally, Tally { applied: 3, duplicates: 2, gaps: 1 });
+    assert!(outcome.document.is_some(), "the gap did not block completion");
     // Resuming from stored state: everything at or below the stored sequence is a duplicate.
     let refs: Vec<&Event> = all.iter().collect();
     let (again, tally) = fold("a1", 4, outcome.state.clone(), &refs);
-    assert_eq!(
-        tally,
-        Tally {
-            applied: 0,
-            duplicates: 4,
-            gaps: 0
-        }
-    );
+    assert_eq!(tally, Tally { applied: 0, duplicates: 4, gaps: 0 });
     assert_eq!(again.document, outcome.document);
 }
 
 #[test]
 fn updated_at_is_the_latest_applied_event_time() {
     let mut events = study_events();
-    events.push(ev(
-        Topic::Study,
-        5,
-        "study.retitled",
-        "2026-02-01T12:00:00.250+00:00",
-        json!({"internalTitle": "X"}),
-    ));
+    events.push(ev(Topic::Study, 5, "study.retitled", "2026-02-01T12:00:00.250+00:00", json!({"internalTitle": "X"})));
     let (outcome, _) = run(Topic::Study, &events);
-    assert!(outcome
-        .document
-        .unwrap()
-        .contains(r#""updatedAt":"2026-02-01T12:00:00.250Z""#));
+    assert!(outcome.document.unwrap().contains(r#""updatedAt":"2026-02-01T12:00:00.250Z""#));
 }
 
 fn interview(kind: &str, seq: u64, data: serde_json::Value) -> Event {
-    ev(
-        Topic::Interview,
-        seq,
-        kind,
-        &format!("2026-03-01T00:00:{seq:02}Z"),
-        data,
-    )
+    ev(Topic::Interview, seq, kind, &format!("2026-03-01T00:00:{seq:02}Z"), data)
 }
 
 fn completed_interview() -> Vec<Event> {
@@ -184,21 +98,13 @@ fn completed_interview() -> Vec<Event> {
             2,
             json!({"participantId": "p1", "firstName": "Ada", "lastName": "Lovelace"}),
         ),
-        interview(
-            "interview.message_recorded",
-            3,
-            json!({"messageId": "m1", "role": "interviewer", "text": "Q?"}),
-        ),
+        interview("interview.message_recorded", 3, json!({"messageId": "m1", "role": "interviewer", "text": "Q?"})),
         interview(
             "interview.message_recorded",
             4,
             json!({"messageId": "m2", "role": "participant", "text": "A & B", "translatedText": "T", "startSeconds": 1, "endSeconds": 2}),
         ),
-        interview(
-            "interview.facets_updated",
-            5,
-            json!({"facets": [{"label": "L", "values": ["v"]}]}),
-        ),
+        interview("interview.facets_updated", 5, json!({"facets": [{"label": "L", "values": ["v"]}]})),
         interview("interview.video_stored", 6, json!({"key": "videos/i.mp4"})),
         interview("interview.completed", 7, json!({})),
     ]
@@ -208,8 +114,7 @@ fn completed_interview() -> Vec<Event> {
 fn a_completed_interview_has_its_document_transcript_and_place_in_its_study() {
     let (outcome, tally) = run(Topic::Interview, &completed_interview());
     assert_eq!(tally.applied, 7);
-    let doc: serde_json::Value =
-        serde_json::from_str(outcome.document.as_deref().unwrap()).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(outcome.document.as_deref().unwrap()).unwrap();
     assert_eq!(
         doc,
         json!({"id": "a1", "studyId": "s1", "participant": {"id": "p1", "name": "Ada L."},
@@ -218,10 +123,7 @@ fn a_completed_interview_has_its_document_transcript_and_place_in_its_study() {
     );
     let created: DateTime<Utc> = "2026-03-01T00:00:01Z".parse().unwrap();
     assert_eq!(outcome.index, IndexChange::Add(score(&created)));
-    assert_eq!(
-        outcome.transcript,
-        TranscriptChange::Append("\n00:00:01.000 --> 00:00:02.000\nA &amp; B\n".into())
-    );
+    assert_eq!(outcome.transcript, TranscriptChange::Append("\n00:00:01.000 --> 00:00:02.000\nA &amp; B\n".into()));
 }
 
 #[test]
@@ -229,18 +131,12 @@ fn hidden_deleted_and_incomplete_interviews_have_no_document() {
     let mut events = completed_interview();
     events.pop();
     let (outcome, _) = run(Topic::Interview, &events);
-    assert_eq!(
-        (outcome.document.is_none(), &outcome.index),
-        (true, &IndexChange::Remove)
-    );
+    assert_eq!((outcome.document.is_none(), &outcome.index), (true, &IndexChange::Remove));
 
     let mut events = completed_interview();
     events.push(interview("interview.hidden", 8, json!({})));
     let (hidden, _) = run(Topic::Interview, &events);
-    assert_eq!(
-        (hidden.document.is_none(), &hidden.index),
-        (true, &IndexChange::Remove)
-    );
+    assert_eq!((hidden.document.is_none(), &hidden.index), (true, &IndexChange::Remove));
 
     events.push(interview("interview.unhidden", 9, json!({})));
     let (unhidden, _) = run(Topic::Interview, &events);
@@ -253,10 +149,7 @@ fn hidden_deleted_and_incomplete_interviews_have_no_document() {
         json!({"messageId": "m9", "role": "participant", "text": "late"}),
     ));
     let (deleted, _) = run(Topic::Interview, &events);
-    assert_eq!(
-        (deleted.document.is_none(), &deleted.index),
-        (true, &IndexChange::Remove)
-    );
+    assert_eq!((deleted.document.is_none(), &deleted.index), (true, &IndexChange::Remove));
     assert_eq!(deleted.transcript, TranscriptChange::Delete);
 }
 
@@ -270,15 +163,8 @@ fn a_later_participant_replaces_the_earlier_and_a_deleted_video_is_gone() {
     ));
     events.push(interview("interview.video_deleted", 9, json!({})));
     let (outcome, _) = run(Topic::Interview, &events);
-    let doc: InterviewDocument =
-        serde_json::from_str(outcome.document.as_deref().unwrap()).unwrap();
-    assert_eq!(
-        doc.participant,
-        Some(Participant {
-            id: "p2".into(),
-            name: None
-        })
-    );
+    let doc: InterviewDocument = serde_json::from_str(outcome.document.as_deref().unwrap()).unwrap();
+    assert_eq!(doc.participant, Some(Participant { id: "p2".into(), name: None }));
     assert_eq!(doc.video, None);
 }
 
@@ -294,22 +180,11 @@ fn an_interview_without_its_started_event_is_served_but_listed_nowhere() {
 #[test]
 fn an_api_key_is_live_until_deleted() {
     let sha = "0".repeat(64);
-    let created = ev(
-        Topic::ApiKey,
-        1,
-        "api_key.created",
-        "2026-01-01T00:00:00Z",
-        json!({"name": "crm", "keySha256": sha}),
-    );
+    let created =
+        ev(Topic::ApiKey, 1, "api_key.created", "2026-01-01T00:00:00Z", json!({"name": "crm", "keySha256": sha}));
     let (live, _) = run(Topic::ApiKey, std::slice::from_ref(&created));
     assert_eq!(live.index, IndexChange::KeyLive);
-    let deleted = ev(
-        Topic::ApiKey,
-        2,
-        "api_key.deleted",
-        "2026-01-02T00:00:00Z",
-        json!({}),
-    );
+    let deleted = ev(Topic::ApiKey, 2, "api_key.deleted", "2026-01-02T00:00:00Z", json!({}));
     let (revoked, _) = run(Topic::ApiKey, &[created, deleted]);
     assert_eq!(revoked.index, IndexChange::KeyRevoked);
     assert_eq!(revoked.document, None);
@@ -319,8 +194,5 @@ fn an_api_key_is_live_until_deleted() {
 fn stored_state_round_trips() {
     let (outcome, _) = run(Topic::Interview, &completed_interview());
     let json = serde_json::to_string(&outcome.state).unwrap();
-    assert_eq!(
-        State::decode(Topic::Interview, &json).unwrap(),
-        outcome.state
-    );
+    assert_eq!(State::decode(Topic::Interview, &json).unwrap(), outcome.state);
 }

@@ -17,11 +17,7 @@ pub struct Config {
     pub brokers: String,
 
     /// Consumer group id; every instance of one projection shares it.
-    #[arg(
-        long,
-        env = "PROJECTOR_GROUP_ID",
-        default_value = "read-model-projector"
-    )]
+    #[arg(long, env = "PROJECTOR_GROUP_ID", default_value = "read-model-projector")]
     pub group_id: String,
 
     /// Topic of study events.

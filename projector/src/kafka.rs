@@ -24,10 +24,7 @@ pub fn consumer(config: &Config) -> KafkaResult<StreamConsumer> {
         .set("session.timeout.ms", "10000")
         .set("heartbeat.interval.ms", "1000")
         .create()?;
-    let topics: Vec<&str> = shared::Topic::ALL
-        .iter()
-        .map(|t| config.topic_name(*t))
-        .collect();
+    let topics: Vec<&str> = shared::Topic::ALL.iter().map(|t| config.topic_name(*t)).collect();
     consumer.subscribe(&topics)?;
     Ok(consumer)
 }
@@ -42,11 +39,7 @@ pub fn producer(config: &Config) -> KafkaResult<FutureProducer> {
 
 /// Waits for one message, then takes whatever else arrives within `linger`, up to `max` messages.
 /// A consumer error ends the batch early; it is logged, as librdkafka recovers from it by itself.
-pub async fn next_batch(
-    consumer: &StreamConsumer,
-    max: usize,
-    linger: Duration,
-) -> Vec<OwnedMessage> {
+pub async fn next_batch(consumer: &StreamConsumer, max: usize, linger: Duration) -> Vec<OwnedMessage> {
     let mut batch = Vec::new();
     loop {
         match consumer.recv().await {
@@ -89,36 +82,19 @@ pub async fn dead_letter(producer: &FutureProducer, letters: &[DeadLetter<'_>]) 
         let partition = m.partition().to_string();
         let offset = m.offset().to_string();
         let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "dlq-reason",
-                value: Some(letter.reason.as_bytes()),
-            })
-            .insert(Header {
-                key: "dlq-topic",
-                value: Some(m.topic().as_bytes()),
-            })
-            .insert(Header {
-                key: "dlq-partition",
-                value: Some(partition.as_bytes()),
-            })
-            .insert(Header {
-                key: "dlq-offset",
-                value: Some(offset.as_bytes()),
-            });
+            .insert(Header { key: "dlq-reason", value: Some(letter.reason.as_bytes()) })
+            .insert(Header { key: "dlq-topic", value: Some(m.topic().as_bytes()) })
+            .insert(Header { key: "dlq-partition", value: Some(partition.as_bytes()) })
+            .insert(Header { key: "dlq-offset", value: Some(offset.as_bytes()) });
         async move {
-            let mut record: FutureRecord<'_, [u8], [u8]> =
-                FutureRecord::to(&topic).headers(headers);
+            let mut record: FutureRecord<'_, [u8], [u8]> = FutureRecord::to(&topic).headers(headers);
             if let Some(key) = m.key() {
                 record = record.key(key);
             }
             if let Some(value) = m.payload() {
                 record = record.payload(value);
             }
-            producer
-                .send(record, Duration::from_secs(10))
-                .await
-                .map(|_| ())
-                .map_err(|(e, _)| e)
+            producer.send(record, Duration::from_secs(10)).await.map(|_| ()).map_err(|(e, _)| e)
         }
     });
     futures::future::try_join_all(sends).await.map(|_| ())

@@ -41,10 +41,7 @@ pub enum Error {
 }
 
 /// Runs the projector until `shutdown` completes; the batch in hand is finished and committed first.
-pub async fn run(
-    config: Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), Error> {
+pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), Error> {
     let (stop, stopped) = watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -66,10 +63,7 @@ pub struct Projector {
 
 impl Projector {
     /// Connects to Redis (waiting for it, with backoff) and to the broker. `None` when shut down meanwhile.
-    pub async fn connect(
-        config: Config,
-        mut stopped: watch::Receiver<bool>,
-    ) -> Result<Option<Self>, Error> {
+    pub async fn connect(config: Config, mut stopped: watch::Receiver<bool>) -> Result<Option<Self>, Error> {
         if config.key_prefix.contains(['{', '}']) {
             return Err(Error::Config("KEY_PREFIX must not contain braces".into()));
         }
@@ -118,16 +112,10 @@ impl Projector {
                 batch = kafka::next_batch(&self.consumer, max, linger) => batch,
             };
             if !self.process(&batch, &mut stopped).await {
-                tracing::info!(
-                    "stopping before the batch in hand was applied; it will be applied again"
-                );
+                tracing::info!("stopping before the batch in hand was applied; it will be applied again");
                 return Ok(());
             }
-            let mode = if *stopped.borrow() {
-                CommitMode::Sync
-            } else {
-                CommitMode::Async
-            };
+            let mode = if *stopped.borrow() { CommitMode::Sync } else { CommitMode::Async };
             kafka::commit(&self.consumer, &kafka::offsets(&batch)?, mode);
             if *stopped.borrow() {
                 break;
@@ -139,11 +127,7 @@ impl Projector {
 
     /// Sets poison messages aside and applies the rest, retrying with backoff until both are durable.
     /// Returns false when shut down before that.
-    async fn process(
-        &mut self,
-        batch: &[OwnedMessage],
-        stopped: &mut watch::Receiver<bool>,
-    ) -> bool {
+    async fn process(&mut self, batch: &[OwnedMessage], stopped: &mut watch::Receiver<bool>) -> bool {
         let mut letters = Vec::new();
         let mut events: Vec<Event> = Vec::with_capacity(batch.len());
         let mut skipped = 0;
@@ -163,10 +147,7 @@ impl Projector {
                 }
                 Err(poison) => {
                     tracing::warn!(topic = message.topic(), partition = message.partition(), offset = message.offset(), reason = %poison, "poison message set aside");
-                    letters.push(DeadLetter {
-                        message,
-                        reason: poison.0,
-                    });
+                    letters.push(DeadLetter { message, reason: poison.0 });
                 }
             }
         }
@@ -216,11 +197,7 @@ fn group(events: &[Event]) -> Vec<Group<'_>> {
         let topic = event.body.topic();
         let id = event.envelope.aggregate_id.as_str();
         let i = *index.entry((topic, id)).or_insert_with(|| {
-            groups.push(Group {
-                topic,
-                aggregate_id: id,
-                events: Vec::new(),
-            });
+            groups.push(Group { topic, aggregate_id: id, events: Vec::new() });
             groups.len() - 1
         });
         groups[i].events.push(event);

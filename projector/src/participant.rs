@@ -18,46 +18,25 @@ mod tests {
 
     #[test]
     fn first_name_and_last_initial() {
-        assert_eq!(
-            display_name(Some("Ada"), Some("Lovelace")).as_deref(),
-            Some("Ada L.")
-        );
+        assert_eq!(display_name(Some("Ada"), Some("Lovelace")).as_deref(), Some("Ada L."));
     }
 
     #[test]
     fn the_initial_is_a_whole_grapheme() {
-        assert_eq!(
-            display_name(Some("Jón"), Some("Ólafur")).as_deref(),
-            Some("Jón Ó.")
-        );
+        assert_eq!(display_name(Some("Jón"), Some("Ólafur")).as_deref(), Some("Jón Ó."));
         // "O" followed by a combining acute accent is one user-perceived character.
-        assert_eq!(
-            display_name(Some("Jón"), Some("O\u{301}lafur")).as_deref(),
-            Some("Jón O\u{301}.")
-        );
+        assert_eq!(display_name(Some("Jón"), Some("O\u{301}lafur")).as_deref(), Some("Jón O\u{301}."));
         // A flag is two code points and one grapheme; so is a family emoji with joiners.
-        assert_eq!(
-            display_name(Some("Iva"), Some("🇮🇸land")).as_deref(),
-            Some("Iva 🇮🇸.")
-        );
-        assert_eq!(
-            display_name(Some("Ana"), Some("👨‍👩‍👧x")).as_deref(),
-            Some("Ana 👨‍👩‍👧.")
-        );
-        assert_eq!(
-            display_name(Some("Li"), Some("王小明")).as_deref(),
-            Some("Li 王.")
-        );
+        assert_eq!(display_name(Some("Iva"), Some("🇮🇸land")).as_deref(), Some("Iva 🇮🇸."));
+        assert_eq!(display_name(Some("Ana"), Some("👨‍👩‍👧x")).as_deref(), Some("Ana 👨‍👩‍👧."));
+        assert_eq!(display_name(Some("Li"), Some("王小明")).as_deref(), Some("Li 王."));
     }
 
     #[test]
     fn first_name_alone_when_the_last_name_is_missing_or_empty() {
         assert_eq!(display_name(Some("Ada"), None).as_deref(), Some("Ada"));
         assert_eq!(display_name(Some("Ada"), Some("")).as_deref(), Some("Ada"));
-        assert_eq!(
-            display_name(Some("Ada"), Some("  ")).as_deref(),
-            Some("Ada")
-        );
+        assert_eq!(display_name(Some("Ada"), Some("  ")).as_deref(), Some("Ada"));
     }
 
     #[test]

@@ -61,11 +61,7 @@ struct Pending<'a> {
 
 impl<C: ConnectionLike + Send> Store<C> {
     pub fn new(conn: C, keys: Keyspace) -> Self {
-        Self {
-            conn,
-            keys,
-            write: Script::new(WRITE),
-        }
+        Self { conn, keys, write: Script::new(WRITE) }
     }
 
     pub fn keys(&self) -> &Keyspace {
@@ -99,15 +95,8 @@ impl<C: ConnectionLike + Send> Store<C> {
         let mut pipe = redis::pipe();
         for group in groups {
             let first = &group.events[0].envelope.organization_id;
-            pipe.cmd("SET")
-                .arg(self.keys.owner(group.topic, group.aggregate_id))
-                .arg(first)
-                .arg("NX")
-                .arg("GET");
-            pipe.cmd("HMGET")
-                .arg(self.state_key(group, first))
-                .arg("seq")
-                .arg("state");
+            pipe.cmd("SET").arg(self.keys.owner(group.topic, group.aggregate_id)).arg(first).arg("NX").arg("GET");
+            pipe.cmd("HMGET").arg(self.state_key(group, first)).arg("seq").arg("state");
         }
         let replies: Vec<Value> = self.query(&pipe).await?;
         let mut pending = Vec::with_capacity(groups.len());
@@ -118,11 +107,7 @@ impl<C: ConnectionLike + Send> Store<C> {
                 Some(recorded) if recorded != first => {
                     // Rare: the batch starts with a refused event. Keep the recorded owner's string alive by
                     // finding an event of that organization; with none, every event is refused.
-                    match group
-                        .events
-                        .iter()
-                        .find(|e| e.envelope.organization_id == recorded)
-                    {
+                    match group.events.iter().find(|e| e.envelope.organization_id == recorded) {
                         Some(e) => e.envelope.organization_id.as_str(),
                         None => {
                             applied.refused += group.events.len() as u64;
@@ -133,45 +118,27 @@ impl<C: ConnectionLike + Send> Store<C> {
                 }
                 _ => first,
             };
-            let events: Vec<&Event> = group
-                .events
-                .iter()
-                .copied()
-                .filter(|e| e.envelope.organization_id == org)
-                .collect();
+            let events: Vec<&Event> =
+                group.events.iter().copied().filter(|e| e.envelope.organization_id == org).collect();
             let refused = group.events.len() - events.len();
             if refused > 0 {
                 applied.refused += refused as u64;
                 warn_refused(group, org, refused);
             }
-            let loaded = if org == first {
-                Some(self.decode_state(group, org, &pair[1])?)
-            } else {
-                None
-            };
-            pending.push(Pending {
-                group,
-                org,
-                events,
-                loaded,
-            });
+            let loaded = if org == first { Some(self.decode_state(group, org, &pair[1])?) } else { None };
+            pending.push(Pending { group, org, events, loaded });
         }
         Ok(pending)
     }
 
     async fn load_missing(&mut self, pending: &mut [Pending<'_>]) -> Result<(), StoreError> {
         let mut pipe = redis::pipe();
-        let missing: Vec<usize> = (0..pending.len())
-            .filter(|&i| pending[i].loaded.is_none())
-            .collect();
+        let missing: Vec<usize> = (0..pending.len()).filter(|&i| pending[i].loaded.is_none()).collect();
         if missing.is_empty() {
             return Ok(());
         }
         for &i in &missing {
-            pipe.cmd("HMGET")
-                .arg(self.state_key(pending[i].group, pending[i].org))
-                .arg("seq")
-                .arg("state");
+            pipe.cmd("HMGET").arg(self.state_key(pending[i].group, pending[i].org)).arg("seq").arg("state");
         }
         let replies: Vec<Value> = self.query(&pipe).await?;
         for (&i, reply) in missing.iter().zip(&replies) {
@@ -221,26 +188,24 @@ impl<C: ConnectionLike + Send> Store<C> {
         Ok(conflicts)
     }
 
-    fn invocation<'s>(
-        &'s self,
-        p: &Pending<'_>,
-        expected: u64,
-        outcome: &Outcome,
-    ) -> redis::ScriptInvocation<'s> {
+    fn invocation<'s>(&'s self, p: &Pending<'_>, expected: u64, outcome: &Outcome) -> redis::ScriptInvocation<'s> {
         let (topic, id, org) = (p.group.topic, p.group.aggregate_id, p.org);
         let state_key = self.state_key(p.group, org);
         let index_key = match (&outcome.state, &outcome.index) {
             (_, IndexChange::None) => state_key.clone(),
             (State::Study(_), _) => self.keys.studies(org),
-            (State::Interview(i), _) => self
-                .keys
-                .interviews(org, i.study_id.as_deref().unwrap_or_default()),
-            (State::ApiKey(k), _) => self
-                .keys
-                .api_key_sha(k.sha256.as_deref().unwrap_or_default()),
+            (State::Interview(i), _) => self.keys.interviews(org, i.study_id.as_deref().unwrap_or_default()),
+            (State::ApiKey(k), _) => self.keys.api_key_sha(k.sha256.as_deref().unwrap_or_default()),
         };
-        let transcript_key = match topic {
-            Topic::Interview => self.keys.transcript(org, id),
+        let (documents_key, document_op) = match (topic, &outcome.document) {
+            (Topic::ApiKey, _) => (state_key.clone(), "none"),
+            (Topic::Study, doc) => (self.keys.study_documents(org), if doc.is_some() { "set" } else { "delete" }),
+            (Topic::Interview, doc) => {
+                (self.keys.interview_documents(org), if doc.is_some() { "set" } else { "delete" })
+            }
+        };
+        let transcripts_key = match topic {
+            Topic::Interview => self.keys.transcripts(org),
             _ => state_key.clone(),
         };
         let (op, score_or_org) = match &outcome.index {
@@ -259,14 +224,16 @@ impl<C: ConnectionLike + Send> Store<C> {
         let mut invocation = self.write.key(state_key);
         invocation
             .key(index_key)
-            .key(transcript_key)
+            .key(documents_key)
+            .key(transcripts_key)
             .arg(expected)
             .arg(outcome.sequence)
             .arg(state)
+            .arg(id)
+            .arg(document_op)
             .arg(outcome.document.as_deref().unwrap_or(""))
             .arg(op)
             .arg(score_or_org)
-            .arg(id)
             .arg(transcript_op)
             .arg(cues)
             .arg(transcript::HEADER);
@@ -277,20 +244,11 @@ impl<C: ConnectionLike + Send> Store<C> {
         self.keys.aggregate(group.topic, org, group.aggregate_id)
     }
 
-    fn decode_state(
-        &self,
-        group: &Group<'_>,
-        org: &str,
-        reply: &Value,
-    ) -> Result<(u64, State), StoreError> {
+    fn decode_state(&self, group: &Group<'_>, org: &str, reply: &Value) -> Result<(u64, State), StoreError> {
         let (seq, state): (Option<u64>, Option<String>) = redis::from_redis_value_ref(reply)?;
         let state = match state {
-            Some(json) => {
-                State::decode(group.topic, &json).map_err(|e| StoreError::CorruptState {
-                    key: self.state_key(group, org),
-                    reason: e.to_string(),
-                })?
-            }
+            Some(json) => State::decode(group.topic, &json)
+                .map_err(|e| StoreError::CorruptState { key: self.state_key(group, org), reason: e.to_string() })?,
             None => State::new(group.topic),
         };
         Ok((seq.unwrap_or(0), state))
@@ -300,10 +258,7 @@ impl<C: ConnectionLike + Send> Store<C> {
     async fn query<T: redis::FromRedisValue>(&mut self, pipe: &Pipeline) -> Result<T, StoreError> {
         match pipe.query_async(&mut self.conn).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
-                self.write
-                    .prepare_invoke()
-                    .load_async(&mut self.conn)
-                    .await?;
+                self.write.prepare_invoke().load_async(&mut self.conn).await?;
                 Ok(pipe.query_async(&mut self.conn).await?)
             }
             other => Ok(other?),
@@ -322,20 +277,9 @@ fn warn_refused(group: &Group<'_>, owner: &str, count: usize) {
 }
 
 /// The generation the projector writes to: the active one, which is set to 1 if there is none yet.
-pub async fn active_generation<C: ConnectionLike + Send>(
-    conn: &mut C,
-    prefix: &str,
-) -> redis::RedisResult<u64> {
+pub async fn active_generation<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> redis::RedisResult<u64> {
     let key = Keyspace::active_generation(prefix);
-    let (generation,): (u64,) = redis::pipe()
-        .cmd("SET")
-        .arg(&key)
-        .arg(1)
-        .arg("NX")
-        .ignore()
-        .cmd("GET")
-        .arg(&key)
-        .query_async(conn)
-        .await?;
+    let (generation,): (u64,) =
+        redis::pipe().cmd("SET").arg(&key).arg(1).arg("NX").ignore().cmd("GET").arg(&key).query_async(conn).await?;
     Ok(generation)
 }

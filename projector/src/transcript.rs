@@ -13,29 +13,18 @@ pub const HEADER: &str = "WEBVTT\n";
 pub fn cue(text: &str, start_seconds: Option<f64>, end_seconds: Option<f64>) -> String {
     let start = millis(start_seconds).unwrap_or(0);
     let end = millis(end_seconds).unwrap_or(start).max(start);
-    format!(
-        "\n{} --> {}\n{}\n",
-        timestamp(start),
-        timestamp(end),
-        escape(text)
-    )
+    format!("\n{} --> {}\n{}\n", timestamp(start), timestamp(end), escape(text))
 }
 
 fn millis(seconds: Option<f64>) -> Option<u64> {
-    seconds
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| (s * 1000.0).round() as u64)
+    seconds.filter(|s| s.is_finite() && *s >= 0.0).map(|s| (s * 1000.0).round() as u64)
 }
 
 /// `HH:MM:SS.mmm`; hours grow past two digits when they must.
 pub fn timestamp(millis: u64) -> String {
     let (hours, rest) = (millis / 3_600_000, millis % 3_600_000);
     let (minutes, rest) = (rest / 60_000, rest % 60_000);
-    format!(
-        "{hours:02}:{minutes:02}:{:02}.{:03}",
-        rest / 1000,
-        rest % 1000
-    )
+    format!("{hours:02}:{minutes:02}:{:02}.{:03}", rest / 1000, rest % 1000)
 }
 
 /// Escapes `&`, `<` and `>` (so `-->` cannot end the cue's text early), and removes blank lines, which a
@@ -43,10 +32,7 @@ pub fn timestamp(millis: u64) -> String {
 pub fn escape(text: &str) -> String {
     let normalized = text.replace("\r\n", "\n").replace('\r', "\n");
     let mut out = String::with_capacity(normalized.len());
-    for line in normalized
-        .split('\n')
-        .filter(|line| !line.trim().is_empty())
-    {
+    for line in normalized.split('\n').filter(|line| !line.trim().is_empty()) {
         if !out.is_empty() {
             out.push('\n');
         }
@@ -68,57 +54,33 @@ mod tests {
 
     #[test]
     fn a_cue_has_its_timing_and_text() {
-        assert_eq!(
-            cue("Hello", Some(1.5), Some(2.25)),
-            "\n00:00:01.500 --> 00:00:02.250\nHello\n"
-        );
+        assert_eq!(cue("Hello", Some(1.5), Some(2.25)), "\n00:00:01.500 --> 00:00:02.250\nHello\n");
     }
 
     #[test]
     fn times_past_an_hour_carry_hours() {
         assert_eq!(timestamp(3_723_004), "01:02:03.004");
         assert_eq!(timestamp(360_000_000), "100:00:00.000");
-        assert_eq!(
-            cue("x", Some(3723.004), None),
-            "\n01:02:03.004 --> 01:02:03.004\nx\n"
-        );
+        assert_eq!(cue("x", Some(3723.004), None), "\n01:02:03.004 --> 01:02:03.004\nx\n");
     }
 
     #[test]
     fn missing_timing_gives_a_zero_start_and_an_end_equal_to_the_start() {
         assert_eq!(cue("a", None, None), "\n00:00:00.000 --> 00:00:00.000\na\n");
-        assert_eq!(
-            cue("a", Some(5.0), None),
-            "\n00:00:05.000 --> 00:00:05.000\na\n"
-        );
-        assert_eq!(
-            cue("a", None, Some(2.0)),
-            "\n00:00:00.000 --> 00:00:02.000\na\n"
-        );
-        assert_eq!(
-            cue("a", Some(f64::NAN), Some(-1.0)),
-            "\n00:00:00.000 --> 00:00:00.000\na\n"
-        );
-        assert_eq!(
-            cue("a", Some(9.0), Some(3.0)),
-            "\n00:00:09.000 --> 00:00:09.000\na\n"
-        );
+        assert_eq!(cue("a", Some(5.0), None), "\n00:00:05.000 --> 00:00:05.000\na\n");
+        assert_eq!(cue("a", None, Some(2.0)), "\n00:00:00.000 --> 00:00:02.000\na\n");
+        assert_eq!(cue("a", Some(f64::NAN), Some(-1.0)), "\n00:00:00.000 --> 00:00:00.000\na\n");
+        assert_eq!(cue("a", Some(9.0), Some(3.0)), "\n00:00:09.000 --> 00:00:09.000\na\n");
     }
 
     #[test]
     fn milliseconds_are_rounded_not_truncated() {
-        assert_eq!(
-            cue("a", Some(0.0019), Some(1.9999)),
-            "\n00:00:00.002 --> 00:00:02.000\na\n"
-        );
+        assert_eq!(cue("a", Some(0.0019), Some(1.9999)), "\n00:00:00.002 --> 00:00:02.000\na\n");
     }
 
     #[test]
     fn markup_characters_are_escaped() {
-        assert_eq!(
-            escape("Fish & chips <b>bold</b> a --> b"),
-            "Fish &amp; chips &lt;b&gt;bold&lt;/b&gt; a --&gt; b"
-        );
+        assert_eq!(escape("Fish & chips <b>bold</b> a --> b"), "Fish &amp; chips &lt;b&gt;bold&lt;/b&gt; a --&gt; b");
         assert_eq!(escape("&amp;"), "&amp;amp;");
     }
 
@@ -132,9 +94,6 @@ mod tests {
 
     #[test]
     fn non_ascii_text_is_kept_as_is() {
-        assert_eq!(
-            escape("Þetta er gott 👍 — très bien"),
-            "Þetta er gott 👍 — très bien"
-        );
+        assert_eq!(escape("Þetta er gott 👍 — très bien"), "Þetta er gott 👍 — très bien");
     }
 }

@@ -1,43 +1,43 @@
 -- Applies one aggregate's outcome atomically, unless its stored sequence moved since it was read.
 -- Every key is in one hash slot: the organization's, or the API-key slot.
--- KEYS[1] state hash (seq, state, doc)
+-- KEYS[1] state hash (seq, state)
 -- KEYS[2] index: the sorted set the record belongs to, or the API-key hash (KEYS[1] when there is none)
--- KEYS[3] transcript (KEYS[1] when the aggregate has none)
+-- KEYS[3] the organization's document hash (KEYS[1] for API keys, which have no document)
+-- KEYS[4] the organization's transcript hash (KEYS[1] for aggregates without one)
 -- ARGV[1] sequence the outcome was folded from   ARGV[2] new sequence   ARGV[3] state json
--- ARGV[4] document json, '' when the record is not visible
--- ARGV[5] index op: none | add | remove | key-live | key-revoked
--- ARGV[6] score (add) or organization (key-live)   ARGV[7] member: the aggregate id
--- ARGV[8] transcript op: keep | append | delete   ARGV[9] cues to append   ARGV[10] transcript header
+-- ARGV[4] aggregate id (member, document and transcript field)
+-- ARGV[5] document op: set | delete | none   ARGV[6] document json
+-- ARGV[7] index op: none | add | remove | key-live | key-revoked
+-- ARGV[8] score (add) or organization (key-live)
+-- ARGV[9] transcript op: keep | append | delete   ARGV[10] cues to append   ARGV[11] transcript header
 -- Returns -1 when applied, else the sequence found (the caller re-reads and folds again).
 local current = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
 if current ~= tonumber(ARGV[1]) then
   return current
 end
+local id = ARGV[4]
 redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'state', ARGV[3])
-if ARGV[4] == '' then
-  redis.call('HDEL', KEYS[1], 'doc')
-else
-  redis.call('HSET', KEYS[1], 'doc', ARGV[4])
+if ARGV[5] == 'set' then
+  redis.call('HSET', KEYS[3], id, ARGV[6])
+elseif ARGV[5] == 'delete' then
+  redis.call('HDEL', KEYS[3], id)
 end
-local op = ARGV[5]
+local op = ARGV[7]
 if op == 'add' then
-  redis.call('ZADD', KEYS[2], ARGV[6], ARGV[7])
+  redis.call('ZADD', KEYS[2], ARGV[8], id)
 elseif op == 'remove' then
-  redis.call('ZREM', KEYS[2], ARGV[7])
+  redis.call('ZREM', KEYS[2], id)
 elseif op == 'key-live' then
-  redis.call('HSET', KEYS[2], 'org', ARGV[6], 'key', ARGV[7])
+  redis.call('HSET', KEYS[2], 'org', ARGV[8], 'key', id)
 elseif op == 'key-revoked' then
-  if redis.call('HGET', KEYS[2], 'key') == ARGV[7] then
+  if redis.call('HGET', KEYS[2], 'key') == id then
     redis.call('DEL', KEYS[2])
   end
 end
-if ARGV[8] == 'append' then
-  if redis.call('EXISTS', KEYS[3]) == 0 then
-    redis.call('SET', KEYS[3], ARGV[10] .. ARGV[9])
-  else
-    redis.call('APPEND', KEYS[3], ARGV[9])
-  end
-elseif ARGV[8] == 'delete' then
-  redis.call('DEL', KEYS[3])
+if ARGV[9] == 'append' then
+  local transcript = redis.call('HGET', KEYS[4], id) or ARGV[11]
+  redis.call('HSET', KEYS[4], id, transcript .. ARGV[10])
+elseif ARGV[9] == 'delete' then
+  redis.call('HDEL', KEYS[4], id)
 end
 return -1

@@ -190,8 +190,7 @@ struct KeyCreated {
 
 /// Decodes one message of `topic`. `key` is the Kafka message key, which must equal `aggregateId` when present.
 pub fn decode(topic: Topic, key: Option<&[u8]>, value: &[u8]) -> Result<Decoded, Poison> {
-    let raw: RawEnvelope =
-        serde_json::from_slice(value).map_err(|e| Poison(format!("invalid envelope: {e}")))?;
+    let raw: RawEnvelope = serde_json::from_slice(value).map_err(|e| Poison(format!("invalid envelope: {e}")))?;
     if raw.sequence < 1 {
         return Err(Poison("invalid envelope: sequence must be >= 1".into()));
     }
@@ -233,18 +232,8 @@ fn parse<T: DeserializeOwned>(data: Value) -> Result<T, serde_json::Error> {
 fn body(kind: &str, data: Value) -> Result<Option<(Topic, Body)>, serde_json::Error> {
     use Topic::*;
     let decoded = match kind {
-        "study.created" => (
-            Study,
-            Body::StudyCreated {
-                internal_title: parse::<Title>(data)?.internal_title,
-            },
-        ),
-        "study.retitled" => (
-            Study,
-            Body::StudyRetitled {
-                internal_title: parse::<Title>(data)?.internal_title,
-            },
-        ),
+        "study.created" => (Study, Body::StudyCreated { internal_title: parse::<Title>(data)?.internal_title }),
+        "study.retitled" => (Study, Body::StudyRetitled { internal_title: parse::<Title>(data)?.internal_title }),
         "study.launched" => (Study, Body::StudyLaunched),
         "study.completed" => {
             let at = parse::<Completed>(data)?.completed_at.with_timezone(&Utc);
@@ -252,31 +241,13 @@ fn body(kind: &str, data: Value) -> Result<Option<(Topic, Body)>, serde_json::Er
         }
         "study.reopened" => (Study, Body::StudyReopened),
         "study.deleted" => (Study, Body::StudyDeleted),
-        "interview.started" => (
-            Interview,
-            Body::InterviewStarted {
-                study_id: parse::<Started>(data)?.study_id,
-            },
-        ),
-        "interview.participant_identified" => {
-            (Interview, Body::ParticipantIdentified(parse(data)?))
-        }
+        "interview.started" => (Interview, Body::InterviewStarted { study_id: parse::<Started>(data)?.study_id }),
+        "interview.participant_identified" => (Interview, Body::ParticipantIdentified(parse(data)?)),
         "interview.message_recorded" => (Interview, Body::MessageRecorded(parse(data)?)),
-        "interview.facets_updated" => (
-            Interview,
-            Body::FacetsUpdated {
-                facets: parse::<Facets>(data)?.facets,
-            },
-        ),
+        "interview.facets_updated" => (Interview, Body::FacetsUpdated { facets: parse::<Facets>(data)?.facets }),
         "interview.video_stored" => {
             let video: Video = parse(data)?;
-            (
-                Interview,
-                Body::VideoStored {
-                    bucket: video.bucket,
-                    key: video.key,
-                },
-            )
+            (Interview, Body::VideoStored { bucket: video.bucket, key: video.key })
         }
         "interview.video_deleted" => (Interview, Body::VideoDeleted),
         "interview.completed" => (Interview, Body::InterviewCompleted),
@@ -286,22 +257,10 @@ fn body(kind: &str, data: Value) -> Result<Option<(Topic, Body)>, serde_json::Er
         "api_key.created" => {
             let created: KeyCreated = parse(data)?;
             let sha = created.key_sha256;
-            if sha.len() != 64
-                || !sha
-                    .bytes()
-                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-            {
-                return Err(serde::de::Error::custom(
-                    "keySha256 must be 64 lowercase hex digits",
-                ));
+            if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
+                return Err(serde::de::Error::custom("keySha256 must be 64 lowercase hex digits"));
             }
-            (
-                ApiKey,
-                Body::ApiKeyCreated {
-                    name: created.name,
-                    key_sha256: sha,
-                },
-            )
+            (ApiKey, Body::ApiKeyCreated { name: created.name, key_sha256: sha })
         }
         "api_key.deleted" => (ApiKey, Body::ApiKeyDeleted),
         _ => return Ok(None),

@@ -25,25 +25,13 @@ fn poison(topic: Topic, value: &[u8]) -> String {
 
 #[test]
 fn the_envelope_is_decoded_with_occurred_at_in_utc() {
-    let e = event(
-        Topic::Study,
-        "study.completed",
-        json!({"completedAt": "2026-11-02T15:20:00Z"}),
-    );
+    let e = event(Topic::Study, "study.completed", json!({"completedAt": "2026-11-02T15:20:00Z"}));
     assert_eq!(e.envelope.event_id, "e1");
     assert_eq!(e.envelope.organization_id, "org_1");
     assert_eq!(e.envelope.aggregate_id, "agg");
     assert_eq!(e.envelope.sequence, 4);
-    assert_eq!(
-        e.envelope.occurred_at.to_rfc3339(),
-        "2026-11-02T15:20:05.120+00:00"
-    );
-    assert_eq!(
-        e.body,
-        Body::StudyCompleted {
-            completed_at: "2026-11-02T15:20:00Z".parse().unwrap()
-        }
-    );
+    assert_eq!(e.envelope.occurred_at.to_rfc3339(), "2026-11-02T15:20:05.120+00:00");
+    assert_eq!(e.body, Body::StudyCompleted { completed_at: "2026-11-02T15:20:00Z".parse().unwrap() });
 }
 
 #[test]
@@ -51,28 +39,15 @@ fn every_study_event_type_decodes() {
     let t = Topic::Study;
     assert_eq!(
         event(t, "study.created", json!({"internalTitle": "T"})).body,
-        Body::StudyCreated {
-            internal_title: "T".into()
-        }
+        Body::StudyCreated { internal_title: "T".into() }
     );
     assert_eq!(
         event(t, "study.retitled", json!({"internalTitle": "U"})).body,
-        Body::StudyRetitled {
-            internal_title: "U".into()
-        }
+        Body::StudyRetitled { internal_title: "U".into() }
     );
-    assert_eq!(
-        event(t, "study.launched", json!({})).body,
-        Body::StudyLaunched
-    );
-    assert_eq!(
-        event(t, "study.reopened", json!({})).body,
-        Body::StudyReopened
-    );
-    assert_eq!(
-        event(t, "study.deleted", json!({})).body,
-        Body::StudyDeleted
-    );
+    assert_eq!(event(t, "study.launched", json!({})).body, Body::StudyLaunched);
+    assert_eq!(event(t, "study.reopened", json!({})).body, Body::StudyReopened);
+    assert_eq!(event(t, "study.deleted", json!({})).body, Body::StudyDeleted);
 }
 
 #[test]
@@ -80,9 +55,7 @@ fn every_interview_event_type_decodes() {
     let t = Topic::Interview;
     assert_eq!(
         event(t, "interview.started", json!({"studyId": "s1"})).body,
-        Body::InterviewStarted {
-            study_id: "s1".into()
-        }
+        Body::InterviewStarted { study_id: "s1".into() }
     );
     assert_eq!(
         event(
@@ -118,88 +91,37 @@ fn every_interview_event_type_decodes() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        event(
-            t,
-            "interview.facets_updated",
-            json!({"facets": [{"label": "L", "values": ["a", "b"]}]})
-        )
-        .body,
-        Body::FacetsUpdated {
-            facets: vec![crate::Facet {
-                label: "L".into(),
-                values: vec!["a".into(), "b".into()]
-            }]
-        }
+        event(t, "interview.facets_updated", json!({"facets": [{"label": "L", "values": ["a", "b"]}]})).body,
+        Body::FacetsUpdated { facets: vec![crate::Facet { label: "L".into(), values: vec!["a".into(), "b".into()] }] }
     );
     assert_eq!(
         event(t, "interview.video_stored", json!({"key": "v.mp4"})).body,
-        Body::VideoStored {
-            bucket: None,
-            key: "v.mp4".into()
-        }
+        Body::VideoStored { bucket: None, key: "v.mp4".into() }
     );
     assert_eq!(
-        event(
-            t,
-            "interview.video_stored",
-            json!({"bucket": "b", "key": "v.mp4"})
-        )
-        .body,
-        Body::VideoStored {
-            bucket: Some("b".into()),
-            key: "v.mp4".into()
-        }
+        event(t, "interview.video_stored", json!({"bucket": "b", "key": "v.mp4"})).body,
+        Body::VideoStored { bucket: Some("b".into()), key: "v.mp4".into() }
     );
-    assert_eq!(
-        event(t, "interview.video_deleted", json!({})).body,
-        Body::VideoDeleted
-    );
-    assert_eq!(
-        event(t, "interview.completed", json!({})).body,
-        Body::InterviewCompleted
-    );
-    assert_eq!(
-        event(t, "interview.hidden", json!({})).body,
-        Body::InterviewHidden
-    );
-    assert_eq!(
-        event(t, "interview.unhidden", json!({})).body,
-        Body::InterviewUnhidden
-    );
-    assert_eq!(
-        event(t, "interview.deleted", json!({})).body,
-        Body::InterviewDeleted
-    );
+    assert_eq!(event(t, "interview.video_deleted", json!({})).body, Body::VideoDeleted);
+    assert_eq!(event(t, "interview.completed", json!({})).body, Body::InterviewCompleted);
+    assert_eq!(event(t, "interview.hidden", json!({})).body, Body::InterviewHidden);
+    assert_eq!(event(t, "interview.unhidden", json!({})).body, Body::InterviewUnhidden);
+    assert_eq!(event(t, "interview.deleted", json!({})).body, Body::InterviewDeleted);
 }
 
 #[test]
 fn every_api_key_event_type_decodes() {
     let sha = "a".repeat(64);
     assert_eq!(
-        event(
-            Topic::ApiKey,
-            "api_key.created",
-            json!({"name": "crm", "keySha256": sha})
-        )
-        .body,
-        Body::ApiKeyCreated {
-            name: "crm".into(),
-            key_sha256: sha
-        }
+        event(Topic::ApiKey, "api_key.created", json!({"name": "crm", "keySha256": sha})).body,
+        Body::ApiKeyCreated { name: "crm".into(), key_sha256: sha }
     );
-    assert_eq!(
-        event(Topic::ApiKey, "api_key.deleted", json!({})).body,
-        Body::ApiKeyDeleted
-    );
+    assert_eq!(event(Topic::ApiKey, "api_key.deleted", json!({})).body, Body::ApiKeyDeleted);
 }
 
 #[test]
 fn an_unknown_type_with_a_valid_envelope_is_skipped_not_poison() {
-    match decode(
-        Topic::Study,
-        None,
-        &message("study.archived", "agg", json!({"x": 1})),
-    ) {
+    match decode(Topic::Study, None, &message("study.archived", "agg", json!({"x": 1}))) {
         Ok(Decoded::Unknown { envelope }) => assert_eq!(envelope.kind, "study.archived"),
         other => panic!("{other:?}"),
     }
@@ -209,7 +131,8 @@ fn an_unknown_type_with_a_valid_envelope_is_skipped_not_poison() {
 fn malformed_messages_are_poison_with_a_reason() {
     assert!(poison(Topic::Study, b"not json").starts_with("invalid envelope"));
     assert!(poison(Topic::Study, b"[1,2]").starts_with("invalid envelope"));
-    let missing = br#"{"eventId":"e","type":"study.launched","organizationId":"o","aggregateId":"a","sequence":1,"data":{}}"#;
+    let missing =
+        br#"{"eventId":"e","type":"study.launched","organizationId":"o","aggregateId":"a","sequence":1,"data":{}}"#;
     assert!(poison(Topic::Study, missing).contains("occurredAt"));
     let zero = br#"{"eventId":"e","type":"study.launched","organizationId":"o","aggregateId":"a","sequence":0,"occurredAt":"2026-01-01T00:00:00Z","data":{}}"#;
     assert!(poison(Topic::Study, zero).contains("sequence"));
@@ -223,44 +146,22 @@ fn malformed_messages_are_poison_with_a_reason() {
 
 #[test]
 fn a_known_type_with_bad_data_is_poison() {
-    let reason = poison(
-        Topic::Study,
-        &message("study.created", "agg", json!({"internalTitle": 3})),
-    );
-    assert!(
-        reason.starts_with("invalid data for study.created"),
-        "{reason}"
-    );
+    let reason = poison(Topic::Study, &message("study.created", "agg", json!({"internalTitle": 3})));
+    assert!(reason.starts_with("invalid data for study.created"), "{reason}");
     let reason = poison(Topic::Study, &message("study.completed", "agg", json!({})));
     assert!(reason.contains("completedAt"), "{reason}");
     let role = json!({"messageId": "m", "role": "moderator", "text": "q"});
-    poison(
-        Topic::Interview,
-        &message("interview.message_recorded", "agg", role),
-    );
+    poison(Topic::Interview, &message("interview.message_recorded", "agg", role));
     let facets = json!({"facets": [{"label": "L"}]});
-    poison(
-        Topic::Interview,
-        &message("interview.facets_updated", "agg", facets),
-    );
+    poison(Topic::Interview, &message("interview.facets_updated", "agg", facets));
     let sha = json!({"name": "n", "keySha256": "ABC"});
     poison(Topic::ApiKey, &message("api_key.created", "agg", sha));
 }
 
 #[test]
 fn an_event_on_the_wrong_topic_or_under_the_wrong_key_is_poison() {
-    let reason = poison(
-        Topic::Interview,
-        &message("study.launched", "agg", json!({})),
-    );
+    let reason = poison(Topic::Interview, &message("study.launched", "agg", json!({})));
     assert!(reason.contains("belongs on study-events"), "{reason}");
-    let under_other_key = decode(
-        Topic::Study,
-        Some(b"other"),
-        &message("study.launched", "agg", json!({})),
-    );
-    assert_eq!(
-        under_other_key,
-        Err(Poison("message key does not equal aggregateId".into()))
-    );
+    let under_other_key = decode(Topic::Study, Some(b"other"), &message("study.launched", "agg", json!({})));
+    assert_eq!(under_other_key, Err(Poison("message key does not equal aggregateId".into())));
 }

@@ -6,16 +6,20 @@
 //! |---|---|---|
 //! | `P:active-generation` | string | the generation the API serves |
 //! | `P:gN:owner:<aggregate>:<id>` | string | the organization recorded for an aggregate |
-//! | `P:gN:{<org>}:study:<id>` | hash | `seq`, `state` (projector state), `doc` (when completed) |
+//! | `P:gN:{<org>}:study:<id>` | hash | `seq`, `state`: the projector's state of a study |
 //! | `P:gN:{<org>}:studies` | sorted set | completed studies, score `completedAt` in µs, member id |
-//! | `P:gN:{<org>}:interview:<id>` | hash | `seq`, `state`, `doc` (when completed and visible) |
-//! | `P:gN:{<org>}:transcript:<id>` | string | the interview's WebVTT transcript |
+//! | `P:gN:{<org>}:study-docs` | hash | id → document of each completed study |
+//! | `P:gN:{<org>}:interview:<id>` | hash | `seq`, `state`: the projector's state of an interview |
 //! | `P:gN:{<org>}:interviews:<studyId>` | sorted set | completed visible interviews, score `createdAt` in µs |
+//! | `P:gN:{<org>}:interview-docs` | hash | id → document of each completed visible interview |
+//! | `P:gN:{<org>}:transcripts` | hash | interview id → WebVTT transcript |
 //! | `P:gN:{apikeys}:key:<keyId>` | hash | `seq`, `state` of an API key |
 //! | `P:gN:{apikeys}:sha:<sha256>` | hash | `org`, `key`: the organization a live key belongs to |
 //!
 //! The braces are Redis Cluster hash tags: every key of one organization lives in one slot, so each event
 //! and each page read is one atomic script in one slot; the API-key index lives in a slot of its own.
+//! Documents live in per-organization hashes so that a page read declares every key it touches (the
+//! sorted set and the document hash) while still reading a whole page in one script.
 //! Organization ids are escaped inside the tag so that no id can reach into another organization's keys;
 //! other ids always stand last, after a prefix no other key shares, so they need no escaping.
 
@@ -32,10 +36,7 @@ impl Keyspace {
     /// `prefix` must not contain `{` or `}` (it would change the hash slots).
     pub fn new(prefix: impl Into<String>, generation: u64) -> Self {
         let prefix = prefix.into();
-        assert!(
-            !prefix.contains(['{', '}']),
-            "a key prefix must not contain braces"
-        );
+        assert!(!prefix.contains(['{', '}']), "a key prefix must not contain braces");
         Self { prefix, generation }
     }
 
@@ -49,10 +50,7 @@ impl Keyspace {
 
     /// The same prefix at another generation.
     pub fn at(&self, generation: u64) -> Self {
-        Self {
-            prefix: self.prefix.clone(),
-            generation,
-        }
+        Self { prefix: self.prefix.clone(), generation }
     }
 
     /// The pointer to the generation the API serves.
@@ -90,16 +88,16 @@ impl Keyspace {
         format!("{}:studies", self.org(org))
     }
 
-    pub fn study(&self, org: &str, id: &str) -> String {
-        self.aggregate(Topic::Study, org, id)
+    pub fn study_documents(&self, org: &str) -> String {
+        format!("{}:study-docs", self.org(org))
     }
 
-    pub fn interview(&self, org: &str, id: &str) -> String {
-        self.aggregate(Topic::Interview, org, id)
+    pub fn interview_documents(&self, org: &str) -> String {
+        format!("{}:interview-docs", self.org(org))
     }
 
-    pub fn transcript(&self, org: &str, interview_id: &str) -> String {
-        format!("{}:transcript:{interview_id}", self.org(org))
+    pub fn transcripts(&self, org: &str) -> String {
+        format!("{}:transcripts", self.org(org))
     }
 
     pub fn interviews(&self, org: &str, study_id: &str) -> String {
@@ -147,10 +145,12 @@ mod tests {
         let ks = Keyspace::new("rm", 3);
         for org in ["org_1", "a}b", "x:{y}", "%7D"] {
             let keys = [
-                ks.study(org, "s"),
+                ks.aggregate(Topic::Study, org, "s"),
                 ks.studies(org),
-                ks.interview(org, "i"),
-                ks.transcript(org, "i"),
+                ks.study_documents(org),
+                ks.aggregate(Topic::Interview, org, "i"),
+                ks.interview_documents(org),
+                ks.transcripts(org),
                 ks.interviews(org, "s"),
             ];
             for key in &keys {
@@ -162,10 +162,8 @@ mod tests {
     #[test]
     fn organizations_that_differ_get_different_tags() {
         let ks = Keyspace::new("rm", 1);
-        let tags: std::collections::HashSet<_> = ["a}b", "a", "a%7Db", "a:b", "a%3Ab"]
-            .iter()
-            .map(|org| hash_tag(&ks.studies(org)).to_string())
-            .collect();
+        let tags: std::collections::HashSet<_> =
+            ["a}b", "a", "a%7Db", "a:b", "a%3Ab"].iter().map(|org| hash_tag(&ks.studies(org)).to_string()).collect();
         assert_eq!(tags.len(), 5);
     }
 
@@ -173,12 +171,9 @@ mod tests {
     fn api_keys_live_in_their_own_slot_and_keys_carry_the_generation() {
         let ks = Keyspace::new("rm", 7);
         assert_eq!(hash_tag(&ks.api_key_sha("ab")), "apikeys");
-        assert_eq!(
-            hash_tag(&ks.aggregate(Topic::ApiKey, "org", "k")),
-            "apikeys"
-        );
-        assert_eq!(ks.study("o", "s"), "rm:g7:{o}:study:s");
+        assert_eq!(hash_tag(&ks.aggregate(Topic::ApiKey, "org", "k")), "apikeys");
+        assert_eq!(ks.aggregate(Topic::Study, "o", "s"), "rm:g7:{o}:study:s");
         assert!(ks.owner(Topic::Interview, "i").starts_with("rm:g7:"));
-        assert_ne!(ks.at(8).study("o", "s"), ks.study("o", "s"));
+        assert_ne!(ks.at(8).studies("o"), ks.studies("o"));
     }
 }

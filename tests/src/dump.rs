@@ -8,10 +8,7 @@ use redis::AsyncCommands;
 use sha2::Digest;
 use shared::Keyspace;
 
-pub async fn dump(
-    conn: &mut redis::aio::MultiplexedConnection,
-    keys: &Keyspace,
-) -> BTreeMap<String, String> {
+pub async fn dump(conn: &mut redis::aio::MultiplexedConnection, keys: &Keyspace) -> BTreeMap<String, String> {
     let pattern = keys.pattern();
     let strip = pattern.len() - 1;
     let mut names: Vec<String> = Vec::new();
@@ -32,12 +29,7 @@ pub async fn dump(
             match kind.as_str() {
                 "string" => reads.cmd("GET").arg(name),
                 "hash" => reads.cmd("HGETALL").arg(name),
-                "zset" => reads
-                    .cmd("ZRANGE")
-                    .arg(name)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES"),
+                "zset" => reads.cmd("ZRANGE").arg(name).arg(0).arg(-1).arg("WITHSCORES"),
                 other => reads.cmd("TYPE").arg(name).arg(other),
             };
         }
@@ -45,14 +37,8 @@ pub async fn dump(
         for ((name, kind), value) in chunk.iter().zip(&kinds).zip(values) {
             let rendered = match kind.as_str() {
                 "string" => redis::from_redis_value::<String>(value).expect("string"),
-                "hash" => format!(
-                    "{:?}",
-                    redis::from_redis_value::<BTreeMap<String, String>>(value).expect("hash")
-                ),
-                "zset" => format!(
-                    "{:?}",
-                    redis::from_redis_value::<Vec<(String, f64)>>(value).expect("zset")
-                ),
+                "hash" => format!("{:?}", redis::from_redis_value::<BTreeMap<String, String>>(value).expect("hash")),
+                "zset" => format!("{:?}", redis::from_redis_value::<Vec<(String, f64)>>(value).expect("zset")),
                 "none" => continue,
                 other => panic!("unexpected {other} at {name}"),
             };
@@ -71,9 +57,5 @@ pub fn digest(dump: &BTreeMap<String, String>) -> String {
         hasher.update((v.len() as u64).to_be_bytes());
         hasher.update(v.as_bytes());
     }
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -6,15 +6,7 @@ use shared::Topic;
 use crate::kafka::Outgoing;
 
 /// One event of the contract, ready to publish.
-pub fn event(
-    topic: Topic,
-    org: &str,
-    aggregate: &str,
-    sequence: u64,
-    kind: &str,
-    at: &str,
-    data: Value,
-) -> Outgoing {
+pub fn event(topic: Topic, org: &str, aggregate: &str, sequence: u64, kind: &str, at: &str, data: Value) -> Outgoing {
     let value = json!({
         "eventId": uuid::Uuid::new_v4().to_string(),
         "type": kind,
@@ -24,27 +16,16 @@ pub fn event(
         "occurredAt": at,
         "data": data,
     });
-    Outgoing {
-        topic,
-        key: aggregate.to_string(),
-        value: value.to_string().into_bytes(),
-    }
+    Outgoing { topic, key: aggregate.to_string(), value: value.to_string().into_bytes() }
 }
 
 /// A raw message under `key`, for poison messages.
 pub fn raw(topic: Topic, key: &str, value: &str) -> Outgoing {
-    Outgoing {
-        topic,
-        key: key.to_string(),
-        value: value.as_bytes().to_vec(),
-    }
+    Outgoing { topic, key: key.to_string(), value: value.as_bytes().to_vec() }
 }
 
 /// The lowercase hex SHA-256 of an API key, as `api_key.created` carries it.
 pub fn sha256_hex(key: &str) -> String {
     use sha2::Digest;
-    sha2::Sha256::digest(key.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    sha2::Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
 }

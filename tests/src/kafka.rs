@@ -31,27 +31,13 @@ impl Topics {
             interview: format!("{run}-interview-events"),
             api_key: format!("{run}-api-key-events"),
         };
-        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-            .set("bootstrap.servers", env("KAFKA_BROKERS"))
-            .create()
-            .expect("admin client");
-        let names: Vec<String> = Topic::ALL
-            .iter()
-            .flat_map(|t| {
-                [
-                    topics.name(*t).to_string(),
-                    format!("{}.dlq", topics.name(*t)),
-                ]
-            })
-            .collect();
-        let new: Vec<NewTopic> = names
-            .iter()
-            .map(|n| NewTopic::new(n, PARTITIONS, TopicReplication::Fixed(1)))
-            .collect();
-        let results = admin
-            .create_topics(&new, &AdminOptions::new())
-            .await
-            .expect("create topics");
+        let admin: AdminClient<DefaultClientContext> =
+            ClientConfig::new().set("bootstrap.servers", env("KAFKA_BROKERS")).create().expect("admin client");
+        let names: Vec<String> =
+            Topic::ALL.iter().flat_map(|t| [topics.name(*t).to_string(), format!("{}.dlq", topics.name(*t))]).collect();
+        let new: Vec<NewTopic> =
+            names.iter().map(|n| NewTopic::new(n, PARTITIONS, TopicReplication::Fixed(1))).collect();
+        let results = admin.create_topics(&new, &AdminOptions::new()).await.expect("create topics");
         for result in results {
             result.expect("topic created");
         }
@@ -88,9 +74,7 @@ pub fn producer() -> FutureProducer {
 pub async fn publish(producer: &FutureProducer, topics: &Topics, messages: &[Outgoing]) {
     for chunk in messages.chunks(2000) {
         let sends = chunk.iter().map(|m| {
-            let record = FutureRecord::to(topics.name(m.topic))
-                .key(&m.key)
-                .payload(&m.value);
+            let record = FutureRecord::to(topics.name(m.topic)).key(&m.key).payload(&m.value);
             producer.send(record, Duration::from_secs(30))
         });
         for result in futures::future::join_all(sends).await {
@@ -109,10 +93,7 @@ pub struct Received {
 
 impl Received {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        self.headers.iter().find(|(k, _)| k == name).map(|(_, v)| v.as_str())
     }
 }
 
@@ -128,8 +109,7 @@ pub async fn read(topic: &str, count: usize, timeout: Duration) -> Vec<Received>
             .expect("consumer");
         let mut list = TopicPartitionList::new();
         for p in 0..PARTITIONS {
-            list.add_partition_offset(&topic, p, Offset::Beginning)
-                .expect("partition");
+            list.add_partition_offset(&topic, p, Offset::Beginning).expect("partition");
         }
         consumer.assign(&list).expect("assign");
         let deadline = std::time::Instant::now() + timeout;
@@ -140,12 +120,7 @@ pub async fn read(topic: &str, count: usize, timeout: Duration) -> Vec<Received>
                     .headers()
                     .map(|h| {
                         h.iter()
-                            .map(|h| {
-                                (
-                                    h.key.to_string(),
-                                    String::from_utf8_lossy(h.value.unwrap_or_default()).into(),
-                                )
-                            })
+                            .map(|h| (h.key.to_string(), String::from_utf8_lossy(h.value.unwrap_or_default()).into()))
                             .collect()
                     })
                     .unwrap_or_default();

@@ -49,8 +49,5 @@ where
 /// A Redis connection to the stack's Redis.
 pub async fn redis() -> redis::aio::MultiplexedConnection {
     let client = redis::Client::open(env("REDIS_URL")).expect("valid REDIS_URL");
-    client
-        .get_multiplexed_async_connection()
-        .await
-        .expect("redis is reachable")
+    client.get_multiplexed_async_connection().await.expect("redis is reachable")
 }

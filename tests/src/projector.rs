@@ -23,10 +23,7 @@ pub fn args(topics: &Topics, prefix: &str, group: &str) -> Vec<String> {
         ("--key-prefix", prefix.to_string()),
         ("--batch-linger-ms", "5".to_string()),
     ];
-    pairs
-        .into_iter()
-        .flat_map(|(k, v)| [k.to_string(), v])
-        .collect()
+    pairs.into_iter().flat_map(|(k, v)| [k.to_string(), v]).collect()
 }
 
 pub fn config(topics: &Topics, prefix: &str, group: &str) -> Config {
@@ -42,10 +39,8 @@ pub struct Running {
 
 pub async fn spawn(config: Config) -> Running {
     let (stop, stopped) = watch::channel(false);
-    let projector = Projector::connect(config, stopped.clone())
-        .await
-        .expect("projector connects")
-        .expect("not stopped");
+    let projector =
+        Projector::connect(config, stopped.clone()).await.expect("projector connects").expect("not stopped");
     let stats = projector.stats();
     let task = tokio::spawn(projector.run(stopped));
     Running { stop, task, stats }
@@ -60,26 +55,15 @@ impl Running {
 
     pub async fn stop(self) {
         let _ = self.stop.send(true);
-        self.task
-            .await
-            .expect("projector task")
-            .expect("projector ends cleanly");
+        self.task.await.expect("projector task").expect("projector ends cleanly");
     }
 }
 
 /// The projector binary built next to this test binary (`cargo build -p projector` builds it).
 pub fn binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let path = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target dir")
-        .join("projector");
-    assert!(
-        path.exists(),
-        "{} is missing: run `cargo build -p projector` first",
-        path.display()
-    );
+    let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("projector");
+    assert!(path.exists(), "{} is missing: run `cargo build -p projector` first", path.display());
     path
 }
 

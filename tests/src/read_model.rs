@@ -14,32 +14,17 @@ pub async fn read(
     org: &str,
 ) -> Expected {
     let mut actual = Expected::default();
-    let ids: Vec<String> = conn
-        .zrevrange(keys.studies(org), 0, -1)
-        .await
-        .expect("studies");
+    let ids: Vec<String> = conn.zrevrange(keys.studies(org), 0, -1).await.expect("studies");
     for id in ids {
-        let doc: Option<String> = conn
-            .hget(keys.study(org, &id), "doc")
-            .await
-            .expect("study doc");
+        let doc: Option<String> = conn.hget(keys.study_documents(org), &id).await.expect("study doc");
         actual.studies.push((id, parse(doc)));
     }
     for study in scenario.ids(org, Topic::Study) {
-        let ids: Vec<String> = conn
-            .zrevrange(keys.interviews(org, &study), 0, -1)
-            .await
-            .expect("interviews");
+        let ids: Vec<String> = conn.zrevrange(keys.interviews(org, &study), 0, -1).await.expect("interviews");
         let mut list = Vec::new();
         for id in ids {
-            let doc: Option<String> = conn
-                .hget(keys.interview(org, &id), "doc")
-                .await
-                .expect("interview doc");
-            let transcript: Option<String> = conn
-                .get(keys.transcript(org, &id))
-                .await
-                .expect("transcript");
+            let doc: Option<String> = conn.hget(keys.interview_documents(org), &id).await.expect("interview doc");
+            let transcript: Option<String> = conn.hget(keys.transcripts(org), &id).await.expect("transcript");
             list.push((id, parse(doc), transcript));
         }
         if !list.is_empty() {
@@ -47,10 +32,7 @@ pub async fn read(
         }
     }
     for id in scenario.ids(org, Topic::Interview) {
-        let doc: Option<String> = conn
-            .hget(keys.interview(org, &id), "doc")
-            .await
-            .expect("interview doc");
+        let doc: Option<String> = conn.hget(keys.interview_documents(org), &id).await.expect("interview doc");
         if doc.is_none() {
             actual.invisible_interviews.push(id);
         }
@@ -67,6 +49,5 @@ pub async fn read(
 }
 
 fn parse(doc: Option<String>) -> Value {
-    doc.map(|d| serde_json::from_str(&d).expect("document is JSON"))
-        .unwrap_or(Value::Null)
+    doc.map(|d| serde_json::from_str(&d).expect("document is JSON")).unwrap_or(Value::Null)
 }

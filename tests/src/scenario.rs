@@ -85,12 +85,8 @@ impl Scenario {
         for o in 0..orgs {
             let org = format!("org{o}-{}", &run[..8]);
             for k in 0..3 {
-                let mut h = History {
-                    topic: Topic::ApiKey,
-                    org: org.clone(),
-                    id: format!("{org}-key{k}"),
-                    events: vec![],
-                };
+                let mut h =
+                    History { topic: Topic::ApiKey, org: org.clone(), id: format!("{org}-key{k}"), events: vec![] };
                 h.push(
                     "api_key.created",
                     base,
@@ -108,42 +104,21 @@ impl Scenario {
                     at += Duration::milliseconds(1 + rng.below(100_000) as i64);
                     at
                 };
-                let mut h = History {
-                    topic: Topic::Study,
-                    org: org.clone(),
-                    id: id.clone(),
-                    events: vec![],
-                };
-                h.push(
-                    "study.created",
-                    next(&mut rng),
-                    json!({"internalTitle": format!("Study {s} <draft>")}),
-                );
+                let mut h = History { topic: Topic::Study, org: org.clone(), id: id.clone(), events: vec![] };
+                h.push("study.created", next(&mut rng), json!({"internalTitle": format!("Study {s} <draft>")}));
                 if rng.chance(50) {
-                    h.push(
-                        "study.retitled",
-                        next(&mut rng),
-                        json!({"internalTitle": format!("Study {s} — final")}),
-                    );
+                    h.push("study.retitled", next(&mut rng), json!({"internalTitle": format!("Study {s} — final")}));
                 }
                 h.push("study.launched", next(&mut rng), json!({}));
                 // Few distinct completion times, so that ties (ordered by id) happen.
                 let completed_at = base + Duration::days(rng.below(4) as i64);
                 if rng.chance(75) {
-                    h.push(
-                        "study.completed",
-                        next(&mut rng),
-                        json!({"completedAt": fmt(&completed_at)}),
-                    );
+                    h.push("study.completed", next(&mut rng), json!({"completedAt": fmt(&completed_at)}));
                     if rng.chance(20) {
                         h.push("study.reopened", next(&mut rng), json!({}));
                         if rng.chance(50) {
                             let again = completed_at + Duration::hours(5);
-                            h.push(
-                                "study.completed",
-                                next(&mut rng),
-                                json!({"completedAt": fmt(&again)}),
-                            );
+                            h.push("study.completed", next(&mut rng), json!({"completedAt": fmt(&again)}));
                         }
                     }
                 }
@@ -157,10 +132,7 @@ impl Scenario {
             }
         }
         let messages = interleave(&mut rng, &histories);
-        Self {
-            histories,
-            messages,
-        }
+        Self { histories, messages }
     }
 
     pub fn organizations(&self) -> Vec<String> {
@@ -171,21 +143,13 @@ impl Scenario {
 
     /// Ids of the aggregates of one organization and topic, in generation order.
     pub fn ids(&self, org: &str, topic: Topic) -> Vec<String> {
-        self.histories
-            .iter()
-            .filter(|h| h.org == org && h.topic == topic)
-            .map(|h| h.id.clone())
-            .collect()
+        self.histories.iter().filter(|h| h.org == org && h.topic == topic).map(|h| h.id.clone()).collect()
     }
 
     /// The key hashes of one organization, in generation order.
     pub fn key_hashes(&self, org: &str) -> Vec<String> {
-        let keys = self
-            .histories
-            .iter()
-            .filter(|h| h.org == org && h.topic == Topic::ApiKey);
-        keys.map(|h| h.events[0].2["keySha256"].as_str().unwrap().to_string())
-            .collect()
+        let keys = self.histories.iter().filter(|h| h.org == org && h.topic == Topic::ApiKey);
+        keys.map(|h| h.events[0].2["keySha256"].as_str().unwrap().to_string()).collect()
     }
 
     /// The model: what the read model of `org` must hold.
@@ -197,28 +161,15 @@ impl Scenario {
             let created = h.events[0].1;
             let updated = h.events.last().unwrap().1;
             let has = |kind: &str| h.events.iter().any(|e| e.0 == kind);
-            let last_of = |kinds: &[&str]| {
-                h.events
-                    .iter()
-                    .rev()
-                    .find(|e| kinds.contains(&e.0))
-                    .map(|e| e.0)
-            };
+            let last_of = |kinds: &[&str]| h.events.iter().rev().find(|e| kinds.contains(&e.0)).map(|e| e.0);
             match h.topic {
                 Topic::Study => {
                     if has("study.deleted")
-                        || last_of(&["study.completed", "study.reopened"])
-                            != Some("study.completed")
+                        || last_of(&["study.completed", "study.reopened"]) != Some("study.completed")
                     {
                         continue;
                     }
-                    let title = h
-                        .events
-                        .iter()
-                        .rev()
-                        .find_map(|e| e.2.get("internalTitle"))
-                        .unwrap()
-                        .clone();
+                    let title = h.events.iter().rev().find_map(|e| e.2.get("internalTitle")).unwrap().clone();
                     let completed: DateTime<Utc> = h
                         .events
                         .iter()
@@ -234,26 +185,20 @@ impl Scenario {
                     studies.push((completed, h.id.clone(), doc));
                 }
                 Topic::Interview => {
-                    let hidden = last_of(&["interview.hidden", "interview.unhidden"])
-                        == Some("interview.hidden");
+                    let hidden = last_of(&["interview.hidden", "interview.unhidden"]) == Some("interview.hidden");
                     if has("interview.deleted") || hidden || !has("interview.completed") {
                         expected.invisible_interviews.push(h.id.clone());
                         continue;
                     }
                     let study = h.events[0].2["studyId"].as_str().unwrap().to_string();
-                    let participant = h
-                        .events
-                        .iter()
-                        .find(|e| e.0 == "interview.participant_identified")
-                        .map(|e| {
-                            let (first, last) =
-                                (e.2["firstName"].as_str(), e.2["lastName"].as_str());
-                            let name = first.map(|f| match last.and_then(|l| l.chars().next()) {
-                                Some(c) => format!("{f} {c}."),
-                                None => f.to_string(),
-                            });
-                            json!({"id": e.2["participantId"], "name": name})
+                    let participant = h.events.iter().find(|e| e.0 == "interview.participant_identified").map(|e| {
+                        let (first, last) = (e.2["firstName"].as_str(), e.2["lastName"].as_str());
+                        let name = first.map(|f| match last.and_then(|l| l.chars().next()) {
+                            Some(c) => format!("{f} {c}."),
+                            None => f.to_string(),
                         });
+                        json!({"id": e.2["participantId"], "name": name})
+                    });
                     let facets = h
                         .events
                         .iter()
@@ -270,9 +215,7 @@ impl Scenario {
                     let cues: Vec<String> = h
                         .events
                         .iter()
-                        .filter(|e| {
-                            e.0 == "interview.message_recorded" && e.2["role"] == "participant"
-                        })
+                        .filter(|e| e.0 == "interview.message_recorded" && e.2["role"] == "participant")
                         .map(|e| {
                             let start = e.2["startSeconds"].as_f64().unwrap_or(0.0);
                             let end = e.2["endSeconds"].as_f64().unwrap_or(start);
@@ -285,16 +228,10 @@ impl Scenario {
                             format!("\n{} --> {}\n{text}\n", vtt_time(start), vtt_time(end))
                         })
                         .collect();
-                    let transcript =
-                        (!cues.is_empty()).then(|| format!("WEBVTT\n{}", cues.concat()));
+                    let transcript = (!cues.is_empty()).then(|| format!("WEBVTT\n{}", cues.concat()));
                     let doc = json!({"id": h.id, "studyId": study, "participant": participant, "facets": facets.unwrap_or(json!([])),
                         "video": video, "createdAt": fmt(&created), "updatedAt": fmt(&updated)});
-                    interviews.entry(study).or_default().push((
-                        created,
-                        h.id.clone(),
-                        doc,
-                        transcript,
-                    ));
+                    interviews.entry(study).or_default().push((created, h.id.clone(), doc, transcript));
                 }
                 Topic::ApiKey => {
                     let sha = h.events[0].2["keySha256"].as_str().unwrap().to_string();
@@ -310,12 +247,7 @@ impl Scenario {
         expected.studies = studies.into_iter().map(|(_, id, doc)| (id, doc)).collect();
         for (study, mut list) in interviews {
             list.sort_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)));
-            expected.interviews.insert(
-                study,
-                list.into_iter()
-                    .map(|(_, id, doc, t)| (id, doc, t))
-                    .collect(),
-            );
+            expected.interviews.insert(study, list.into_iter().map(|(_, id, doc, t)| (id, doc, t)).collect());
         }
         expected
     }
@@ -323,23 +255,12 @@ impl Scenario {
 
 fn vtt_time(seconds: f64) -> String {
     let ms = (seconds * 1000.0).round() as u64;
-    format!(
-        "{:02}:{:02}:{:02}.{:03}",
-        ms / 3_600_000,
-        ms / 60_000 % 60,
-        ms / 1000 % 60,
-        ms % 1000
-    )
+    format!("{:02}:{:02}:{:02}.{:03}", ms / 3_600_000, ms / 60_000 % 60, ms / 1000 % 60, ms % 1000)
 }
 
 fn interview(rng: &mut Rng, org: &str, study: &str, i: usize, base: DateTime<Utc>) -> History {
     let id = format!("{study}-i{i:02}");
-    let mut h = History {
-        topic: Topic::Interview,
-        org: org.to_string(),
-        id,
-        events: vec![],
-    };
+    let mut h = History { topic: Topic::Interview, org: org.to_string(), id, events: vec![] };
     // Few distinct start times, so that ties (ordered by id) happen.
     let mut at = base + Duration::seconds(rng.below(6) as i64 * 30);
     h.push("interview.started", at, json!({"studyId": study}));
@@ -348,31 +269,21 @@ fn interview(rng: &mut Rng, org: &str, study: &str, i: usize, base: DateTime<Utc
         at
     };
     if rng.chance(80) {
-        let last = [
-            json!("Lovelace"),
-            json!("Ólafsdóttir"),
-            json!(null),
-            json!(""),
-        ][rng.below(4) as usize]
-            .clone();
+        let last = [json!("Lovelace"), json!("Ólafsdóttir"), json!(null), json!("")][rng.below(4) as usize].clone();
         let first = [json!("Ada"), json!("Jón"), json!(null)][rng.below(3) as usize].clone();
-        h.push("interview.participant_identified", next(rng), json!({"participantId": format!("p{}", rng.below(1000)), "firstName": first, "lastName": last}));
+        h.push(
+            "interview.participant_identified",
+            next(rng),
+            json!({"participantId": format!("p{}", rng.below(1000)), "firstName": first, "lastName": last}),
+        );
     }
     for m in 0..rng.below(5) {
-        let role = if rng.chance(50) {
-            "participant"
-        } else {
-            "interviewer"
-        };
+        let role = if rng.chance(50) { "participant" } else { "interviewer" };
         let mut data = json!({"messageId": format!("m{m}"), "role": role, "text": format!("Answer {m} & <more> à côté"), "translatedText": "translated"});
         if rng.chance(70) {
             let start = rng.below(4_000_000) as f64 / 1000.0;
             data["startSeconds"] = json!(start);
-            data["endSeconds"] = if rng.chance(80) {
-                json!(start + 2.5)
-            } else {
-                json!(null)
-            };
+            data["endSeconds"] = if rng.chance(80) { json!(start + 2.5) } else { json!(null) };
         }
         h.push("interview.message_recorded", next(rng), data);
     }
@@ -384,11 +295,7 @@ fn interview(rng: &mut Rng, org: &str, study: &str, i: usize, base: DateTime<Utc
         );
     }
     if rng.chance(60) {
-        h.push(
-            "interview.video_stored",
-            next(rng),
-            json!({"key": format!("{}.mp4", h.id)}),
-        );
+        h.push("interview.video_stored", next(rng), json!({"key": format!("{}.mp4", h.id)}));
         if rng.chance(15) {
             h.push("interview.video_deleted", next(rng), json!({}));
         }
@@ -420,15 +327,7 @@ fn interleave(rng: &mut Rng, histories: &[History]) -> Vec<Outgoing> {
         let cursor = &mut cursors[open[pick]];
         let message = |seq: usize| {
             let (kind, at, data) = &h.events[seq];
-            event(
-                h.topic,
-                &h.org,
-                &h.id,
-                seq as u64 + 1,
-                kind,
-                &fmt(at),
-                data.clone(),
-            )
+            event(h.topic, &h.org, &h.id, seq as u64 + 1, kind, &fmt(at), data.clone())
         };
         out.push(message(*cursor));
         if *cursor > 0 && rng.chance(10) {

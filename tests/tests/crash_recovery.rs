@@ -21,21 +21,14 @@ async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() 
     let mut conn = redis().await;
 
     let reference = Keyspace::new(unique("rm"), 1);
-    let running =
-        projector::spawn(projector::config(&topics, reference.prefix(), &unique("g"))).await;
-    eventually(
-        Duration::from_secs(120),
-        "the uninterrupted run",
-        || async { (running.consumed() >= total as u64).then_some(()) },
-    )
+    let running = projector::spawn(projector::config(&topics, reference.prefix(), &unique("g"))).await;
+    eventually(Duration::from_secs(120), "the uninterrupted run", || async {
+        (running.consumed() >= total as u64).then_some(())
+    })
     .await;
     running.stop().await;
     let expected = dump(&mut conn, &reference).await;
-    assert!(
-        expected.len() > 1000,
-        "a large read model: {} keys",
-        expected.len()
-    );
+    assert!(expected.len() > 1000, "a large read model: {} keys", expected.len());
 
     let killed = Keyspace::new(unique("rm"), 1);
     let group = unique("g");
@@ -68,10 +61,7 @@ async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() 
 
 /// SIGTERM, then the projector must finish its batch, commit and exit cleanly.
 fn terminate(mut child: Child) {
-    let status = std::process::Command::new("kill")
-        .arg("-TERM")
-        .arg(child.id().to_string())
-        .status();
+    let status = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
     assert!(status.expect("kill runs").success());
     let exit = child.wait().expect("projector exits");
     assert!(exit.success(), "graceful shutdown exits 0, got {exit}");

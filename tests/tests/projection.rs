@@ -21,28 +21,16 @@ async fn a_generated_stream_with_duplicates_and_interleaving_yields_exactly_the_
     let prefix = unique("rm");
     let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
     let total = scenario.messages.len() as u64;
-    eventually(WAIT, "every message consumed", || async {
-        (running.consumed() >= total).then_some(())
-    })
-    .await;
+    eventually(WAIT, "every message consumed", || async { (running.consumed() >= total).then_some(()) }).await;
 
     let stats = running.stats.snapshot();
-    assert!(
-        stats.duplicates > 0,
-        "the stream redelivers events: {stats:?}"
-    );
-    assert_eq!(
-        (stats.refused, stats.dead_lettered, stats.skipped),
-        (0, 0, 0)
-    );
+    assert!(stats.duplicates > 0, "the stream redelivers events: {stats:?}");
+    assert_eq!((stats.refused, stats.dead_lettered, stats.skipped), (0, 0, 0));
     let keys = Keyspace::new(prefix, 1);
     let mut conn = redis().await;
     for org in scenario.organizations() {
         let expected = scenario.expected(&org);
-        assert!(
-            !expected.studies.is_empty() && !expected.interviews.is_empty(),
-            "the scenario covers lists"
-        );
+        assert!(!expected.studies.is_empty() && !expected.interviews.is_empty(), "the scenario covers lists");
         let actual = read_model::read(&mut conn, &keys, &scenario, &org).await;
         assert_eq!(actual, expected, "read model of {org}");
     }
@@ -54,77 +42,35 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_the_partition_goes_on()
     let topics = Topics::create().await;
     let at = "2026-05-01T10:00:00Z";
     let messages = vec![
-        event(
-            Topic::Study,
-            "org",
-            "s1",
-            1,
-            "study.created",
-            at,
-            json!({"internalTitle": "Before"}),
-        ),
+        event(Topic::Study, "org", "s1", 1, "study.created", at, json!({"internalTitle": "Before"})),
         raw(Topic::Study, "s1", "{not json"),
-        event(
-            Topic::Study,
-            "org",
-            "s1",
-            2,
-            "study.completed",
-            at,
-            json!({"completedAt": 17}),
-        ),
+        event(Topic::Study, "org", "s1", 2, "study.completed", at, json!({"completedAt": 17})),
         raw(
             Topic::Study,
             "s1",
             r#"{"eventId":"x","type":"study.launched","organizationId":"org","aggregateId":"s1","sequence":2,"data":{}}"#,
         ),
-        event(
-            Topic::Study,
-            "org",
-            "s1",
-            2,
-            "study.completed",
-            at,
-            json!({"completedAt": "2026-05-01T09:00:00Z"}),
-        ),
+        event(Topic::Study, "org", "s1", 2, "study.completed", at, json!({"completedAt": "2026-05-01T09:00:00Z"})),
     ];
     kafka::publish(&kafka::producer(), &topics, &messages).await;
     let prefix = unique("rm");
     let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
-    eventually(WAIT, "every message consumed", || async {
-        (running.consumed() >= 5).then_some(())
-    })
-    .await;
+    eventually(WAIT, "every message consumed", || async { (running.consumed() >= 5).then_some(()) }).await;
 
     let keys = Keyspace::new(prefix, 1);
-    let studies: Vec<String> = redis()
-        .await
-        .zrange(keys.studies("org"), 0, -1)
-        .await
-        .unwrap();
-    assert_eq!(
-        studies,
-        ["s1"],
-        "the events after the poison messages were applied"
-    );
+    let studies: Vec<String> = redis().await.zrange(keys.studies("org"), 0, -1).await.unwrap();
+    assert_eq!(studies, ["s1"], "the events after the poison messages were applied");
     assert_eq!(running.stats.snapshot().dead_lettered, 3);
 
     let letters = kafka::read(&format!("{}.dlq", topics.study), 3, WAIT).await;
     assert_eq!(letters.len(), 3);
     for letter in &letters {
-        assert_eq!(
-            letter.key.as_deref(),
-            Some(&b"s1"[..]),
-            "the original key is kept"
-        );
+        assert_eq!(letter.key.as_deref(), Some(&b"s1"[..]), "the original key is kept");
         assert_eq!(letter.header("dlq-topic"), Some(topics.study.as_str()));
         assert!(letter.header("dlq-offset").is_some());
     }
     let reason_of = |value: &[u8]| {
-        let letter = letters
-            .iter()
-            .find(|l| l.value.as_deref() == Some(value))
-            .expect("the original value is kept");
+        let letter = letters.iter().find(|l| l.value.as_deref() == Some(value)).expect("the original value is kept");
         letter.header("dlq-reason").unwrap().to_string()
     };
     assert!(reason_of(b"{not json").starts_with("invalid envelope"));
@@ -139,24 +85,8 @@ async fn an_event_of_another_organization_changes_nothing() {
     let at = "2026-05-01T10:00:00Z";
     let completed = json!({"completedAt": "2026-05-01T09:00:00Z"});
     let messages = vec![
-        event(
-            Topic::Study,
-            "org_a",
-            "s1",
-            1,
-            "study.created",
-            at,
-            json!({"internalTitle": "Mine"}),
-        ),
-        event(
-            Topic::Study,
-            "org_a",
-            "s1",
-            2,
-            "study.completed",
-            at,
-            completed.clone(),
-        ),
+        event(Topic::Study, "org_a", "s1", 1, "study.created", at, json!({"internalTitle": "Mine"})),
+        event(Topic::Study, "org_a", "s1", 2, "study.completed", at, completed.clone()),
         event(
             Topic::Study,
             "org_b",
@@ -166,15 +96,7 @@ async fn an_event_of_another_organization_changes_nothing() {
             "2026-06-01T00:00:00Z",
             json!({"internalTitle": "Stolen"}),
         ),
-        event(
-            Topic::Study,
-            "org_b",
-            "s1",
-            4,
-            "study.completed",
-            "2026-06-01T00:00:00Z",
-            completed,
-        ),
+        event(Topic::Study, "org_b", "s1", 4, "study.completed", "2026-06-01T00:00:00Z", completed),
         // A key of org_a, then a deletion claimed by org_b: the key stays live.
         event(
             Topic::ApiKey,
@@ -185,43 +107,28 @@ async fn an_event_of_another_organization_changes_nothing() {
             at,
             json!({"name": "crm", "keySha256": "ab".repeat(32)}),
         ),
-        event(
-            Topic::ApiKey,
-            "org_b",
-            "k1",
-            2,
-            "api_key.deleted",
-            at,
-            json!({}),
-        ),
+        event(Topic::ApiKey, "org_b", "k1", 2, "api_key.deleted", at, json!({})),
     ];
     kafka::publish(&kafka::producer(), &topics, &messages).await;
     let prefix = unique("rm");
     let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
-    eventually(WAIT, "every message consumed", || async {
-        (running.consumed() >= 6).then_some(())
-    })
-    .await;
+    eventually(WAIT, "every message consumed", || async { (running.consumed() >= 6).then_some(()) }).await;
 
     assert_eq!(running.stats.snapshot().refused, 3);
     let keys = Keyspace::new(prefix, 1);
     let mut conn = redis().await;
-    let doc: String = conn.hget(keys.study("org_a", "s1"), "doc").await.unwrap();
+    let doc: String = conn.hget(keys.study_documents("org_a"), "s1").await.unwrap();
     assert!(
-        doc.contains(r#""internalTitle":"Mine""#)
-            && doc.contains(r#""updatedAt":"2026-05-01T10:00:00Z""#),
+        doc.contains(r#""internalTitle":"Mine""#) && doc.contains(r#""updatedAt":"2026-05-01T10:00:00Z""#),
         "{doc}"
     );
-    let seq: u64 = conn.hget(keys.study("org_a", "s1"), "seq").await.unwrap();
+    let seq: u64 = conn.hget(keys.aggregate(Topic::Study, "org_a", "s1"), "seq").await.unwrap();
     assert_eq!(seq, 2);
     let other: Vec<String> = conn.zrange(keys.studies("org_b"), 0, -1).await.unwrap();
     assert!(other.is_empty());
-    let exists: bool = conn.exists(keys.study("org_b", "s1")).await.unwrap();
+    let exists: bool = conn.exists(keys.aggregate(Topic::Study, "org_b", "s1")).await.unwrap();
     assert!(!exists);
-    let owner: Option<String> = conn
-        .hget(keys.api_key_sha(&"ab".repeat(32)), "org")
-        .await
-        .unwrap();
+    let owner: Option<String> = conn.hget(keys.api_key_sha(&"ab".repeat(32)), "org").await.unwrap();
     assert_eq!(owner.as_deref(), Some("org_a"));
     running.stop().await;
 }
@@ -231,58 +138,19 @@ async fn an_unknown_event_type_is_skipped_and_counted_and_later_events_still_app
     let topics = Topics::create().await;
     let at = "2026-05-01T10:00:00Z";
     let messages = vec![
-        event(
-            Topic::Interview,
-            "org",
-            "i1",
-            1,
-            "interview.started",
-            at,
-            json!({"studyId": "s1"}),
-        ),
-        event(
-            Topic::Interview,
-            "org",
-            "i1",
-            2,
-            "interview.sentiment_scored",
-            at,
-            json!({"score": 0.9}),
-        ),
-        event(
-            Topic::Interview,
-            "org",
-            "i1",
-            3,
-            "interview.completed",
-            "2026-05-01T11:00:00Z",
-            json!({}),
-        ),
+        event(Topic::Interview, "org", "i1", 1, "interview.started", at, json!({"studyId": "s1"})),
+        event(Topic::Interview, "org", "i1", 2, "interview.sentiment_scored", at, json!({"score": 0.9})),
+        event(Topic::Interview, "org", "i1", 3, "interview.completed", "2026-05-01T11:00:00Z", json!({})),
     ];
     kafka::publish(&kafka::producer(), &topics, &messages).await;
     let prefix = unique("rm");
     let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
-    eventually(WAIT, "every message consumed", || async {
-        (running.consumed() >= 3).then_some(())
-    })
-    .await;
+    eventually(WAIT, "every message consumed", || async { (running.consumed() >= 3).then_some(()) }).await;
 
     let stats = running.stats.snapshot();
-    assert_eq!(
-        (
-            stats.skipped,
-            stats.applied,
-            stats.gaps,
-            stats.dead_lettered
-        ),
-        (1, 2, 1, 0)
-    );
+    assert_eq!((stats.skipped, stats.applied, stats.gaps, stats.dead_lettered), (1, 2, 1, 0));
     let keys = Keyspace::new(prefix, 1);
-    let listed: Vec<String> = redis()
-        .await
-        .zrange(keys.interviews("org", "s1"), 0, -1)
-        .await
-        .unwrap();
+    let listed: Vec<String> = redis().await.zrange(keys.interviews("org", "s1"), 0, -1).await.unwrap();
     assert_eq!(listed, ["i1"]);
     running.stop().await;
 }
