@@ -1,0 +1,101 @@
+//! API-key authentication (api.md section 5): the key comes from `Authorization: Bearer <key>` or
+//! `Service-Api-Key: <key>`, Bearer first; it is looked up by its SHA-256 and never logged or kept.
+
+use axum::extract::FromRequestParts;
+use axum::http::request::Parts;
+use axum::http::HeaderMap;
+use sha2::{Digest, Sha256};
+
+use crate::error::ApiError;
+use crate::state::AppState;
+
+/// Longest key accepted; longer values are not keys and are refused without a lookup.
+const MAX_KEY_LEN: usize = 512;
+
+/// The organization the request's API key belongs to, and the read-model generation the request reads.
+#[derive(Debug, Clone)]
+pub struct Organization {
+    pub id: String,
+    pub keys: shared::Keyspace,
+}
+
+/// The credential of a request: the Bearer token when an `Authorization: Bearer` header is present,
+/// else the `Service-Api-Key` header. `None` when neither is present or the one that counts is malformed.
+pub fn credential(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers.get_all("authorization").iter().find_map(|value| {
+        let value = value.to_str().ok()?;
+        let (scheme, token) = value.split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then_some(token)
+    });
+    let key = match bearer {
+        Some(token) => token,
+        None => headers.get("service-api-key")?.to_str().ok()?,
+    };
+    let key = key.trim_matches(' ');
+    let well_formed = !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| b.is_ascii_graphic());
+    well_formed.then_some(key)
+}
+
+/// The lowercase hex SHA-256 of a key's UTF-8 bytes, as `api_key.created` carries it.
+pub fn key_sha256(key: &str) -> String {
+    hex::encode(Sha256::digest(key.as_bytes()))
+}
+
+impl FromRequestParts<AppState> for Organization {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let key = credential(&parts.headers).ok_or(ApiError::Unauthorized)?;
+        let sha = key_sha256(key);
+        let keys = state.keyspace();
+        let org = state.read_model().await?.organization_of(&keys, &sha).await?;
+        match org {
+            Some(id) => Ok(Organization { id, keys }),
+            None => Err(ApiError::Unauthorized),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.append(axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
+        }
+        map
+    }
+
+    #[test]
+    fn either_header_carries_the_key() {
+        assert_eq!(credential(&headers(&[("authorization", "Bearer k1")])), Some("k1"));
+        assert_eq!(credential(&headers(&[("service-api-key", "k2")])), Some("k2"));
+        assert_eq!(credential(&headers(&[("Authorization", "bearer k1")])), Some("k1"));
+    }
+
+    #[test]
+    fn bearer_wins_when_both_are_present() {
+        assert_eq!(credential(&headers(&[("service-api-key", "k2"), ("authorization", "Bearer k1")])), Some("k1"));
+        // A malformed Bearer token is not replaced by the other header.
+        assert_eq!(credential(&headers(&[("authorization", "Bearer "), ("service-api-key", "k2")])), None);
+    }
+
+    #[test]
+    fn other_schemes_and_malformed_keys_give_no_credential() {
+        assert_eq!(credential(&headers(&[])), None);
+        assert_eq!(credential(&headers(&[("authorization", "Basic dXNlcjpwYXNz")])), None);
+        assert_eq!(credential(&headers(&[("authorization", "k1")])), None);
+        assert_eq!(credential(&headers(&[("authorization", "Bearer a b")])), None);
+        assert_eq!(credential(&headers(&[("service-api-key", "")])), None);
+        assert_eq!(credential(&headers(&[("service-api-key", &"k".repeat(513))])), None);
+        // A Basic header does not hide a Service-Api-Key.
+        assert_eq!(credential(&headers(&[("authorization", "Basic x"), ("service-api-key", "k2")])), Some("k2"));
+    }
+
+    #[test]
+    fn the_key_is_looked_up_by_its_sha256() {
+        assert_eq!(key_sha256("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+}

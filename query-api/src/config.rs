@@ -1,0 +1,66 @@
+//! Command-line and environment configuration of the query API.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::{Parser, ValueEnum};
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "query-api", version, about = "Serves completed studies and interviews from the Redis read model.")]
+pub struct Config {
+    /// Address to listen on.
+    #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
+    pub listen_addr: SocketAddr,
+
+    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0.
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    pub redis_url: String,
+
+    /// Prefix of every read-model key; the same as the projector's.
+    #[arg(long, env = "KEY_PREFIX", default_value = "rm")]
+    pub key_prefix: String,
+
+    /// Timeout of each Redis call, in milliseconds; past it the request fails with 503.
+    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
+    pub redis_timeout_ms: u64,
+
+    /// How often the active generation of the read model is read, in milliseconds.
+    #[arg(long, env = "GENERATION_REFRESH_MS", default_value_t = 250)]
+    pub generation_refresh_ms: u64,
+
+    /// S3-compatible endpoint for video links, e.g. http://127.0.0.1:9000; AWS's own when unset.
+    #[arg(long, env = "S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+
+    /// Region the video links are signed for.
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    pub s3_region: String,
+
+    /// Bucket of videos stored without a bucket of their own; without it such videos get no link.
+    #[arg(long, env = "S3_BUCKET")]
+    pub s3_bucket: Option<String>,
+
+    /// Path-style URLs (http://host/bucket/key), as most S3-compatible servers need.
+    #[arg(long, env = "S3_FORCE_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set)]
+    pub s3_force_path_style: bool,
+
+    /// Turns video links off: every videoDownloadURL is null.
+    #[arg(long, env = "S3_DISABLED", default_value_t = false, action = clap::ArgAction::Set)]
+    pub s3_disabled: bool,
+
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+impl Config {
+    pub fn redis_timeout(&self) -> Duration {
+        Duration::from_millis(self.redis_timeout_ms)
+    }
+}

@@ -1,0 +1,56 @@
+//! The one error type of the HTTP layer, mapped to the spec's status codes and body shapes (section 7):
+//! 400 is a JSON string, 401 and 404 an object with `error`. Internal failures are logged here and
+//! answered with a fixed message, so nothing internal reaches a client.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// Invalid pagination parameters.
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("missing or invalid API key")]
+    Unauthorized,
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    /// Redis unreachable, slow or failing: the client should retry with backoff.
+    #[error("read model unavailable: {0}")]
+    Unavailable(#[from] redis::RedisError),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, Json(message)).into_response(),
+            ApiError::Unauthorized => {
+                let mut response = error(StatusCode::UNAUTHORIZED, "missing or invalid API key");
+                response.headers_mut().insert("www-authenticate", "Bearer".parse().expect("valid header"));
+                response
+            }
+            ApiError::NotFound(what) => error(StatusCode::NOT_FOUND, &format!("{what} not found")),
+            ApiError::MethodNotAllowed => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+            ApiError::Unavailable(e) => {
+                tracing::error!(error = %e, "read model unavailable");
+                let mut response =
+                    error(StatusCode::SERVICE_UNAVAILABLE, "service temporarily unavailable; retry later");
+                response.headers_mut().insert("retry-after", "1".parse().expect("valid header"));
+                response
+            }
+            ApiError::Internal(e) => {
+                tracing::error!(error = %e, "internal error");
+                error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
+            }
+        }
+    }
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({ "error": message }))).into_response()
+}

@@ -1,0 +1,84 @@
+//! The query API: a stateless, read-only HTTP server over the Redis read model (api.md).
+
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod models;
+pub mod openapi;
+pub mod pagination;
+pub mod presign;
+pub mod read_model;
+pub mod routes;
+pub mod state;
+
+use std::future::Future;
+use std::time::Duration;
+
+use axum::http::{header, HeaderName, HeaderValue, Request};
+use axum::routing::get;
+use axum::Router;
+use tokio::net::TcpListener;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::TraceLayer;
+
+pub use config::Config;
+use error::ApiError;
+use state::AppState;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Serves on `listener` until `shutdown` completes, then finishes the requests in flight.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let presigner = presign::Presigner::from_config(&config).await;
+    let state = AppState::new(&config, presigner)?;
+    state.refresh_generation().await;
+    let follower = tokio::spawn(state.clone().follow_generation(Duration::from_millis(config.generation_refresh_ms)));
+    tracing::info!(addr = %listener.local_addr()?, prefix = %config.key_prefix, "query API listening");
+    let served = axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await;
+    follower.abort();
+    Ok(served?)
+}
+
+/// The router with every route and the HTTP layers.
+pub fn app(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/studies", get(routes::list_studies))
+        .route("/studies/{id}", get(routes::get_study))
+        .route("/studies/{id}/interviews", get(routes::list_interviews))
+        .route("/interviews/{id}", get(routes::get_interview))
+        .route("/openapi.json", get(openapi_json));
+    Router::new()
+        .nest("/v1", v1)
+        .route("/healthz", get(routes::healthz))
+        .route("/readyz", get(routes::readyz))
+        .fallback(routes::not_found)
+        .method_not_allowed_fallback(routes::method_not_allowed)
+        .with_state(state)
+        .layer(CompressionLayer::new())
+        .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
+        .layer(SetResponseHeaderLayer::overriding(
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ))
+        .layer(CatchPanicLayer::custom(|_| {
+            axum::response::IntoResponse::into_response(ApiError::Internal("handler panicked".into()))
+        }))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
+            // The path only: headers carry the API key, and a query string is no place for secrets to be logged.
+            let id = request.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok());
+            tracing::info_span!("request", id = id.unwrap_or("-"), method = %request.method(), path = %request.uri().path())
+        }))
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+async fn openapi_json() -> impl axum::response::IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], openapi::document())
+}

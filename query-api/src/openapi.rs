@@ -1,0 +1,85 @@
+//! The OpenAPI 3.1 definition, generated from the handlers and response types so it cannot drift.
+
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::{Modify, OpenApi};
+
+use crate::models::{
+    ErrorBody, Facet, Interview, InterviewPage, PageInfo, Participant, Study, StudyListItem, StudyPage,
+};
+use crate::routes;
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Completed studies and interviews",
+        version = "1.0",
+        description = "Read-only API returning an organization's completed studies and their completed, visible \
+            interviews. Every request is scoped to the organization of the API key used. Error bodies differ by \
+            status: 400 is a JSON string, 401 and 404 an object with an `error` field."
+    ),
+    servers((url = "/v1", description = "Version 1; the base address carries the version")),
+    paths(routes::list_studies, routes::get_study, routes::list_interviews, routes::get_interview),
+    components(schemas(StudyListItem, Study, Interview, Participant, Facet, PageInfo, StudyPage, InterviewPage, ErrorBody)),
+    modifiers(&Security),
+    security(("bearerAuth" = []), ("serviceApiKey" = [])),
+    tags(
+        (name = "studies", description = "Completed studies"),
+        (name = "interviews", description = "Completed, visible interviews")
+    )
+)]
+pub struct ApiDoc;
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            "bearerAuth",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("Organization API key as a Bearer token; takes precedence"))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            "serviceApiKey",
+            SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::with_description(
+                "Service-Api-Key",
+                "Organization API key",
+            ))),
+        );
+    }
+}
+
+/// The definition as served at `/v1/openapi.json` and kept in `query-api/openapi.json`.
+pub fn document() -> String {
+    ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serializes") + "\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_committed_openapi_file_matches_the_code() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
+        let generated = document();
+        if std::env::var_os("UPDATE_OPENAPI").is_some() {
+            std::fs::write(path, &generated).unwrap();
+        }
+        let committed = std::fs::read_to_string(path).unwrap_or_default();
+        assert!(committed == generated, "query-api/openapi.json is stale: rerun this test with UPDATE_OPENAPI=1");
+    }
+
+    #[test]
+    fn it_is_openapi_3_1_with_the_four_endpoints() {
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        assert!(doc["openapi"].as_str().unwrap().starts_with("3.1"));
+        let mut paths: Vec<&String> = doc["paths"].as_object().unwrap().keys().collect();
+        paths.sort();
+        assert_eq!(paths, ["/interviews/{id}", "/studies", "/studies/{id}", "/studies/{studyId}/interviews"]);
+        assert_eq!(doc["info"]["version"], "1.0");
+    }
+}

@@ -1,0 +1,118 @@
+//! Reads of the Redis read model. Each answer is one script or command in one hash slot, so a page's
+//! total and items come from one consistent view, and every call is bounded by the connection's timeout.
+
+use std::sync::LazyLock;
+
+use redis::aio::ConnectionManager;
+use redis::{RedisResult, Script};
+use shared::Keyspace;
+
+use crate::pagination::Pagination;
+
+/// A page of stored documents and the total they were taken from.
+#[derive(Debug)]
+pub struct Page<T> {
+    pub total: u64,
+    pub items: Vec<T>,
+}
+
+/// A stored interview document and its transcript.
+pub type StoredInterview = (String, Option<String>);
+
+const STUDIES_PAGE: &str = r"
+-- KEYS[1] completed studies (sorted set), KEYS[2] study documents (hash); ARGV[1] start, ARGV[2] stop
+local total = redis.call('ZCARD', KEYS[1])
+local ids = redis.call('ZREVRANGE', KEYS[1], ARGV[1], ARGV[2])
+if #ids == 0 then return {total, {}} end
+return {total, redis.call('HMGET', KEYS[2], unpack(ids))}
+";
+
+const INTERVIEWS_PAGE: &str = r"
+-- KEYS[1] completed studies, KEYS[2] the study's visible interviews, KEYS[3] interview documents,
+-- KEYS[4] transcripts; ARGV[1] study id, ARGV[2] start, ARGV[3] stop. Nil when the study is not completed.
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return false end
+local total = redis.call('ZCARD', KEYS[2])
+local ids = redis.call('ZREVRANGE', KEYS[2], ARGV[2], ARGV[3])
+if #ids == 0 then return {total, {}, {}} end
+return {total, redis.call('HMGET', KEYS[3], unpack(ids)), redis.call('HMGET', KEYS[4], unpack(ids))}
+";
+
+const ONE_INTERVIEW: &str = r"
+-- KEYS[1] interview documents, KEYS[2] transcripts; ARGV[1] interview id
+return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('HGET', KEYS[2], ARGV[1])}
+";
+
+static STUDIES_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STUDIES_PAGE));
+static INTERVIEWS_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INTERVIEWS_PAGE));
+static ONE_INTERVIEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_INTERVIEW));
+
+#[derive(Clone)]
+pub struct ReadModel {
+    conn: ConnectionManager,
+}
+
+impl ReadModel {
+    pub fn new(conn: ConnectionManager) -> Self {
+        Self { conn }
+    }
+
+    /// The organization of a live API key, by the key's SHA-256.
+    pub async fn organization_of(&self, keys: &Keyspace, sha256: &str) -> RedisResult<Option<String>> {
+        redis::cmd("HGET").arg(keys.api_key_sha(sha256)).arg("org").query_async(&mut self.conn.clone()).await
+    }
+
+    pub async fn studies(&self, keys: &Keyspace, org: &str, page: Pagination) -> RedisResult<Page<String>> {
+        let (total, docs): (u64, Vec<Option<String>>) = STUDIES_PAGE_SCRIPT
+            .key(keys.studies(org))
+            .key(keys.study_documents(org))
+            .arg(page.start())
+            .arg(page.stop())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(Page { total, items: docs.into_iter().flatten().collect() })
+    }
+
+    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Option<String>> {
+        redis::cmd("HGET").arg(keys.study_documents(org)).arg(id).query_async(&mut self.conn.clone()).await
+    }
+
+    /// A page of a study's interviews; `None` when the study is not a completed study of the organization.
+    pub async fn interviews(
+        &self,
+        keys: &Keyspace,
+        org: &str,
+        study_id: &str,
+        page: Pagination,
+    ) -> RedisResult<Option<Page<StoredInterview>>> {
+        type Reply = Option<(u64, Vec<Option<String>>, Vec<Option<String>>)>;
+        let reply: Reply = INTERVIEWS_PAGE_SCRIPT
+            .key(keys.studies(org))
+            .key(keys.interviews(org, study_id))
+            .key(keys.interview_documents(org))
+            .key(keys.transcripts(org))
+            .arg(study_id)
+            .arg(page.start())
+            .arg(page.stop())
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(reply.map(|(total, docs, transcripts)| Page {
+            total,
+            items: docs.into_iter().zip(transcripts).filter_map(|(doc, t)| Some((doc?, t))).collect(),
+        }))
+    }
+
+    pub async fn interview(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Option<StoredInterview>> {
+        let (doc, transcript): (Option<String>, Option<String>) = ONE_INTERVIEW_SCRIPT
+            .key(keys.interview_documents(org))
+            .key(keys.transcripts(org))
+            .arg(id)
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(doc.map(|doc| (doc, transcript)))
+    }
+
+    /// The active generation, `None` when no projector has created a read model yet.
+    pub async fn active_generation(&self, prefix: &str) -> RedisResult<Option<u64>> {
+        redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(&mut self.conn.clone()).await
+    }
+}

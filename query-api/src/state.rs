@@ -1,0 +1,100 @@
+//! What every request handler shares: the Redis connection (made lazily, so the API starts and answers
+//! `/healthz` while Redis is away), the active generation, and the presigner.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use shared::Keyspace;
+use tokio::sync::OnceCell;
+
+use crate::config::Config;
+use crate::error::ApiError;
+use crate::presign::Presigner;
+use crate::read_model::ReadModel;
+
+#[derive(Clone)]
+pub struct AppState(Arc<Inner>);
+
+struct Inner {
+    prefix: String,
+    client: redis::Client,
+    redis_config: ConnectionManagerConfig,
+    timeout: Duration,
+    read_model: OnceCell<ReadModel>,
+    generation: AtomicU64,
+    presigner: Option<Presigner>,
+}
+
+impl AppState {
+    pub fn new(config: &Config, presigner: Option<Presigner>) -> Result<Self, redis::RedisError> {
+        let client = redis::Client::open(config.redis_url.as_str())?;
+        let redis_config = ConnectionManagerConfig::new()
+            .set_response_timeout(Some(config.redis_timeout()))
+            .set_connection_timeout(Some(config.redis_timeout()))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_secs(2));
+        Ok(Self(Arc::new(Inner {
+            prefix: config.key_prefix.clone(),
+            client,
+            redis_config,
+            timeout: config.redis_timeout(),
+            read_model: OnceCell::new(),
+            generation: AtomicU64::new(1),
+            presigner,
+        })))
+    }
+
+    /// The read model; connects on first use, failing with 503 within the Redis timeout.
+    pub async fn read_model(&self) -> Result<&ReadModel, ApiError> {
+        let inner = &self.0;
+        let connect = async {
+            let conn = ConnectionManager::new_with_config(inner.client.clone(), inner.redis_config.clone());
+            match tokio::time::timeout(inner.timeout, conn).await {
+                Ok(conn) => Ok(ReadModel::new(conn?)),
+                Err(_) => Err(redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))),
+            }
+        };
+        Ok(inner.read_model.get_or_try_init(|| connect).await?)
+    }
+
+    /// The keys of the generation being served, read once per request so that one response never mixes
+    /// two generations.
+    pub fn keyspace(&self) -> Keyspace {
+        Keyspace::new(self.0.prefix.clone(), self.0.generation.load(Ordering::Acquire))
+    }
+
+    pub fn presigner(&self) -> Option<&Presigner> {
+        self.0.presigner.as_ref()
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.0.prefix
+    }
+
+    /// Re-reads the active generation.
+    pub async fn refresh_generation(&self) {
+        let Ok(read_model) = self.read_model().await else { return };
+        match read_model.active_generation(&self.0.prefix).await {
+            Ok(Some(generation)) => {
+                let previous = self.0.generation.swap(generation, Ordering::AcqRel);
+                if previous != generation {
+                    tracing::info!(generation, previous, "serving a new generation of the read model");
+                }
+            }
+            Ok(None) => {}
+            Err(e) => tracing::warn!(error = %e, "could not read the active generation"),
+        }
+    }
+
+    /// Follows the active generation, re-reading it every `every`.
+    pub async fn follow_generation(self, every: Duration) {
+        let mut ticker = tokio::time::interval(every);
+        ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticker.tick().await;
+            self.refresh_generation().await;
+        }
+    }
+}
