@@ -4,8 +4,10 @@
 //! The servers come from `scripts/stack up`; its `.stack/env` sets `KAFKA_BROKERS`, `REDIS_URL` and the
 //! S3 variables. Each test creates its own topics and key prefix, so tests run in parallel.
 
+pub mod api;
 pub mod dump;
 pub mod events;
+pub mod fixture;
 pub mod kafka;
 pub mod projector;
 pub mod read_model;

@@ -1,0 +1,109 @@
+//! Running the query API for a test (`spawn_app`), and a whole world: a test's own topics, key prefix,
+//! projector and API, fed with a given stream of events.
+
+use std::time::Duration;
+
+use clap::Parser;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+use crate::kafka::{self, Outgoing, Topics};
+use crate::{env, eventually, projector, unique};
+
+pub struct TestApp {
+    pub address: String,
+    pub client: reqwest::Client,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+/// The API's arguments for a key prefix and a Redis URL, with video links signed for the stack's S3 server.
+pub fn config(prefix: &str, redis_url: &str) -> query_api::Config {
+    query_api::Config::parse_from([
+        "query-api",
+        "--redis-url",
+        redis_url,
+        "--key-prefix",
+        prefix,
+        "--s3-endpoint",
+        &env("S3_ENDPOINT"),
+        "--s3-bucket",
+        &env("S3_BUCKET"),
+        "--s3-force-path-style",
+        "true",
+        "--generation-refresh-ms",
+        "100",
+        "--redis-timeout-ms",
+        "500",
+    ])
+}
+
+/// Starts the API on a free loopback port.
+pub async fn spawn_app(config: query_api::Config) -> TestApp {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let address = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(query_api::run(listener, config, async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    TestApp { address, client, stop: Some(stop) }
+}
+
+impl TestApp {
+    /// GET with the key as a Bearer token (or no credential).
+    pub async fn get(&self, path: &str, key: Option<&str>) -> reqwest::Response {
+        let mut request = self.client.get(format!("{}{path}", self.address));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        request.send().await.expect("request sent")
+    }
+
+    /// GET with the key and parse the JSON body; returns the status too.
+    pub async fn json(&self, path: &str, key: &str) -> (u16, serde_json::Value) {
+        let response = self.get(path, Some(key)).await;
+        let status = response.status().as_u16();
+        (status, response.json().await.expect("a JSON body"))
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// A test's own topics, key prefix, projector and API.
+pub struct World {
+    pub topics: Topics,
+    pub prefix: String,
+    pub app: TestApp,
+    pub projector: projector::Running,
+    producer: rdkafka::producer::FutureProducer,
+    published: u64,
+}
+
+impl World {
+    pub async fn start(messages: &[Outgoing]) -> Self {
+        let topics = Topics::create().await;
+        let prefix = unique("api");
+        let projector = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
+        let app = spawn_app(config(&prefix, &env("REDIS_URL"))).await;
+        let mut world = Self { topics, prefix, app, projector, producer: kafka::producer(), published: 0 };
+        world.publish(messages).await;
+        world
+    }
+
+    /// Publishes more events and waits until the projector has consumed them.
+    pub async fn publish(&mut self, messages: &[Outgoing]) {
+        kafka::publish(&self.producer, &self.topics, messages).await;
+        self.published += messages.len() as u64;
+        let (projector, total) = (&self.projector, self.published);
+        eventually(Duration::from_secs(60), "the projector to consume every event", || async {
+            (projector.consumed() >= total).then_some(())
+        })
+        .await;
+    }
+}
