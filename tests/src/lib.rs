@@ -11,6 +11,7 @@ pub mod fixture;
 pub mod kafka;
 pub mod projector;
 pub mod read_model;
+pub mod s3;
 pub mod scenario;
 
 use std::future::Future;
