@@ -1,0 +1,91 @@
+//! The API as a careful public HTTP service: error shapes for unknown routes and methods, request ids,
+//! no caching of private data, compression, readiness, a clean 503 when Redis is away, and the OpenAPI
+//! document.
+
+use std::time::{Duration, Instant};
+
+use end_to_end::api::{config, spawn_app, World};
+use end_to_end::fixture::{self, ACME_KEY};
+use end_to_end::unique;
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_routes_are_404_and_other_methods_405_with_an_error_object() {
+    let world = World::start(&fixture::dataset()).await;
+    for path in ["/v1/nope", "/v2/studies", "/", "/v1/studies/s_a/other"] {
+        let (status, body) = world.app.json(path, ACME_KEY).await;
+        assert_eq!(status, 404, "{path}");
+        assert!(body["error"].is_string(), "{path}: {body}");
+    }
+    let response = world.app.client.post(format!("{}/v1/studies", world.app.address)).bearer_auth(ACME_KEY).send();
+    let response = response.await.unwrap();
+    assert_eq!(response.status(), 405);
+    assert!(response.json::<Value>().await.unwrap()["error"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_response_carries_a_request_id_and_is_not_cached() {
+    let world = World::start(&fixture::dataset()).await;
+    let mut ids = Vec::new();
+    for (path, key) in [("/v1/studies", Some(ACME_KEY)), ("/v1/studies", None), ("/v1/interviews/zzz", Some(ACME_KEY))]
+    {
+        let response = world.app.get(path, key).await;
+        let headers = response.headers();
+        assert_eq!(headers["cache-control"], "no-store", "{path}");
+        assert_eq!(headers["x-content-type-options"], "nosniff");
+        ids.push(headers["x-request-id"].to_str().unwrap().to_string());
+    }
+    ids.dedup();
+    assert_eq!(ids.len(), 3, "a new id per request");
+    let echoed = world.app.client.get(format!("{}/v1/studies", world.app.address)).header("x-request-id", "abc-123");
+    let response = echoed.bearer_auth(ACME_KEY).send().await.unwrap();
+    assert_eq!(response.headers()["x-request-id"], "abc-123", "a caller's id is kept for correlation");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_bodies_are_compressed_when_the_client_accepts_it() {
+    let world = World::start(&fixture::dataset()).await;
+    let raw = reqwest::Client::builder().no_gzip().build().unwrap();
+    let url = format!("{}/v1/studies/s_b/interviews", world.app.address);
+    let compressed = raw.get(&url).bearer_auth(ACME_KEY).header("accept-encoding", "gzip").send().await.unwrap();
+    assert_eq!(compressed.headers()["content-encoding"], "gzip");
+    let plain = raw.get(&url).bearer_auth(ACME_KEY).send().await.unwrap();
+    assert!(plain.headers().get("content-encoding").is_none());
+    let body: Value = plain.json().await.unwrap();
+    assert_eq!(body["pagination"]["total"], 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn when_redis_is_unreachable_requests_fail_fast_with_503_and_health_stays_up() {
+    // Nothing listens on port 1 of the loopback.
+    let app = spawn_app(config(&unique("down"), "redis://127.0.0.1:1")).await;
+    let started = Instant::now();
+    let response = app.get("/v1/studies", Some(ACME_KEY)).await;
+    assert_eq!(response.status(), 503);
+    assert!(response.headers().get("retry-after").is_some());
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"], "service temporarily unavailable; retry later", "no internals leak");
+    assert!(started.elapsed() < Duration::from_secs(5), "no hang: {:?}", started.elapsed());
+    assert_eq!(app.get("/healthz", None).await.status(), 200);
+    assert_eq!(app.get("/readyz", None).await.status(), 503);
+    assert_eq!(app.get("/v1/studies", None).await.status(), 401, "no credential needs no Redis");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_reports_the_generation_being_served() {
+    let world = World::start(&fixture::dataset()).await;
+    let response = world.app.get("/readyz", None).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["generation"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_is_served_as_committed() {
+    let app = spawn_app(config(&unique("doc"), "redis://127.0.0.1:1")).await;
+    let response = app.get("/v1/openapi.json", None).await;
+    assert_eq!(response.status(), 200);
+    let served = response.text().await.unwrap();
+    let committed = include_str!("../../query-api/openapi.json");
+    assert_eq!(served, committed);
+}
