@@ -33,7 +33,7 @@ pub struct Config {
     pub api_key_topic: String,
 
     /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
     pub redis_url: String,
 
     /// Prefix of every read-model key (no braces); lets several read models share one Redis.

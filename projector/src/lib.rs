@@ -156,6 +156,7 @@ impl Projector {
             match kafka::dead_letter(&self.producer, &letters).await {
                 Ok(()) => break,
                 Err(e) => {
+                    Stats::add(&self.stats.retries, 1);
                     tracing::error!(error = %e, "could not write to the dead-letter topic; retrying");
                     if !backoff.wait(stopped).await {
                         return false;
@@ -169,6 +170,7 @@ impl Projector {
             match self.store.apply(&groups).await {
                 Ok(applied) => break applied,
                 Err(e) => {
+                    Stats::add(&self.stats.retries, 1);
                     tracing::error!(error = %e, "could not apply a batch to redis; retrying");
                     if !backoff.wait(stopped).await {
                         return false;

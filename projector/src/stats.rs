@@ -11,6 +11,8 @@ pub struct Stats {
     pub refused: AtomicU64,
     pub skipped: AtomicU64,
     pub dead_lettered: AtomicU64,
+    /// Attempts to apply a batch or write dead letters that failed and were retried.
+    pub retries: AtomicU64,
 }
 
 /// A copy of the counters at one moment.
@@ -23,6 +25,7 @@ pub struct Snapshot {
     pub refused: u64,
     pub skipped: u64,
     pub dead_lettered: u64,
+    pub retries: u64,
 }
 
 impl Stats {
@@ -35,6 +38,7 @@ impl Stats {
             refused: self.refused.load(Relaxed),
             skipped: self.skipped.load(Relaxed),
             dead_lettered: self.dead_lettered.load(Relaxed),
+            retries: self.retries.load(Relaxed),
         }
     }
 

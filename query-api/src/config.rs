@@ -13,7 +13,7 @@ pub struct Config {
     pub listen_addr: SocketAddr,
 
     /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379")]
+    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
     pub redis_url: String,
 
     /// Prefix of every read-model key; the same as the projector's.
