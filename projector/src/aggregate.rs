@@ -85,6 +85,9 @@ pub struct Tally {
     pub gaps: u64,
 }
 
+/// What became of one event: `applied`, `gap` (applied after a jump in sequence) or `duplicate`.
+pub type Verdict = &'static str;
+
 /// How the transcript key changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TranscriptChange {
@@ -122,15 +125,29 @@ pub struct Outcome {
 /// Applies `events` (one aggregate's, in arrival order, all of its organization) to `state` last applied
 /// at `sequence`. Events at or below the applied sequence are duplicates and change nothing; a jump in
 /// sequence is a gap, applied and counted.
-pub fn fold(aggregate_id: &str, mut sequence: u64, mut state: State, events: &[&Event]) -> (Outcome, Tally) {
+pub fn fold(aggregate_id: &str, sequence: u64, state: State, events: &[&Event]) -> (Outcome, Tally) {
+    let (outcome, tally, _) = fold_with_verdicts(aggregate_id, sequence, state, events);
+    (outcome, tally)
+}
+
+/// [`fold`], also saying what became of each event.
+pub fn fold_with_verdicts(
+    aggregate_id: &str,
+    mut sequence: u64,
+    mut state: State,
+    events: &[&Event],
+) -> (Outcome, Tally, Vec<Verdict>) {
     let mut tally = Tally::default();
+    let mut verdicts = Vec::with_capacity(events.len());
     let mut cues = String::new();
     for event in events {
         let envelope = &event.envelope;
         if envelope.sequence <= sequence {
             tally.duplicates += 1;
+            verdicts.push("duplicate");
             continue;
         }
+        verdicts.push(if envelope.sequence > sequence + 1 { "gap" } else { "applied" });
         if envelope.sequence > sequence + 1 {
             tally.gaps += 1;
             tracing::warn!(aggregate = aggregate_id, expected = sequence + 1, got = envelope.sequence, "sequence gap");
@@ -140,7 +157,7 @@ pub fn fold(aggregate_id: &str, mut sequence: u64, mut state: State, events: &[&
         apply(&mut state, event, &mut cues);
     }
     let outcome = outcome(aggregate_id, sequence, state, cues);
-    (outcome, tally)
+    (outcome, tally, verdicts)
 }
 
 fn apply(state: &mut State, event: &Event, cues: &mut String) {

@@ -1,8 +1,9 @@
 //! Command-line and environment configuration of the projector.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::{Parser, Subcommand, ValueEnum};
 use shared::Topic;
 
 #[derive(Debug, Clone, Parser)]
@@ -56,6 +57,14 @@ pub struct Config {
     #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 5000)]
     pub redis_timeout_ms: u64,
 
+    /// Address of the HTTP server of /metrics, /healthz and /readyz; `off` to run none.
+    #[arg(long, env = "PROJECTOR_HTTP_ADDR", default_value = "127.0.0.1:9464")]
+    pub http_addr: HttpAddr,
+
+    /// Seconds without progress, while behind, after which /readyz reports the projection stalled.
+    #[arg(long, env = "PROJECTOR_STALL_AFTER_SECS", default_value_t = 60)]
+    pub stall_after_secs: u64,
+
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -89,6 +98,83 @@ impl Config {
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms)
     }
+
+    pub fn stall_after(&self) -> Duration {
+        Duration::from_secs(self.stall_after_secs)
+    }
+}
+
+/// A listen address, or none (`off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HttpAddr(pub Option<SocketAddr>);
+
+impl std::str::FromStr for HttpAddr {
+    type Err = std::net::AddrParseError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "off" | "" => Ok(Self(None)),
+            addr => addr.parse().map(|a| Self(Some(a))),
+        }
+    }
+}
+
+/// The command line: the projector's configuration, and what to do (by default, project).
+#[derive(Debug, Parser)]
+#[command(
+    name = "projector",
+    version,
+    about = "Projects study, interview and API-key events from Kafka into the Redis read model."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub config: Config,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Project live events (the default).
+    Run,
+    /// Rebuild the read model into a new generation by replaying every topic from its earliest offset,
+    /// while the current generation keeps serving; switch to it once caught up.
+    Rebuild {
+        /// Seconds to keep the old generation after the switch, for requests still reading it.
+        #[arg(long, env = "REBUILD_GRACE_SECS", default_value_t = 60)]
+        grace_secs: u64,
+        /// Messages behind the end of the topics at which the handover starts.
+        #[arg(long, env = "REBUILD_HANDOVER_LAG", default_value_t = 1000)]
+        handover_lag: i64,
+        /// Seconds to wait for every live projector to pause before retrying the handover later.
+        #[arg(long, env = "REBUILD_HANDOVER_TIMEOUT_SECS", default_value_t = 30)]
+        handover_timeout_secs: u64,
+        /// Seconds to wait for the rebuild lock (a rebuild that died releases it within 10 s).
+        #[arg(long, env = "REBUILD_LOCK_WAIT_SECS", default_value_t = 15)]
+        lock_wait_secs: u64,
+    },
+    /// Print a canonical, order-independent digest of a generation (by default the active one).
+    Digest {
+        /// The generation to digest.
+        #[arg(long)]
+        generation: Option<u64>,
+    },
+    /// Print the active and building generations, live projectors, lag per partition, dead-letter depth.
+    Status,
+    /// List dead letters with their reasons, or replay them through the projector.
+    Dlq {
+        #[command(subcommand)]
+        action: DlqAction,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum DlqAction {
+    /// Print every dead letter: topic, offset, key, reason.
+    List,
+    /// Publish every dead letter not replayed yet back to its original topic; one still bad returns to
+    /// the dead-letter topic with its reason.
+    Replay,
 }
 
 /// The dead-letter topic of a topic.

@@ -1,20 +1,67 @@
 //! The Kafka side of the projector: the consumer group, batches of messages, the dead-letter topics, and
 //! offset commits, which only ever cover messages already applied to Redis or set aside.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use rdkafka::consumer::ConsumerContext;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use tokio::time::Instant;
 
 use crate::config::{dead_letter_topic, Config};
+use crate::metrics::{Metrics, PartitionLabels};
 
-pub fn consumer(config: &Config) -> KafkaResult<StreamConsumer> {
-    let consumer: StreamConsumer = ClientConfig::new()
+/// The consumer's context: it turns librdkafka's statistics (once a second, from its own fetches, with no
+/// extra request to the broker) into the lag gauges.
+pub struct Context {
+    pub metrics: Arc<Metrics>,
+    /// Timestamp (ms) of the last message read from each partition, for the lag in seconds.
+    pub last_timestamp: Mutex<HashMap<(String, i32), i64>>,
+}
+
+impl ClientContext for Context {
+    fn stats(&self, statistics: Statistics) {
+        let now_ms = (crate::metrics::now() * 1000.0) as i64;
+        let last = self.last_timestamp.lock().expect("lag timestamps");
+        let mut total = 0;
+        for (name, topic) in &statistics.topics {
+            for (id, p) in &topic.partitions {
+                if *id < 0 || !p.desired {
+                    continue;
+                }
+                let lag = match (p.consumer_lag, p.hi_offset, p.committed_offset) {
+                    (lag, _, _) if lag >= 0 => lag,
+                    (_, high, committed) if high >= 0 && committed >= 0 => (high - committed).max(0),
+                    (_, high, _) if high >= 0 => high - p.lo_offset.max(0),
+                    _ => continue,
+                };
+                total += lag;
+                let labels = PartitionLabels { topic: name.clone(), partition: *id };
+                self.metrics.lag_messages.get_or_create(&labels).set(lag);
+                let age = match (lag, last.get(&(name.clone(), *id))) {
+                    (0, _) | (_, None) => 0.0,
+                    (_, Some(ts)) => (now_ms - ts).max(0) as f64 / 1000.0,
+                };
+                self.metrics.lag_seconds.get_or_create(&labels).set(age);
+            }
+        }
+        self.metrics.total_lag.store(total, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl ConsumerContext for Context {}
+
+pub type LiveConsumer = StreamConsumer<Context>;
+
+pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsumer> {
+    let context = Context { metrics, last_timestamp: Mutex::default() };
+    let consumer: LiveConsumer = ClientConfig::new()
         .set("bootstrap.servers", &config.brokers)
         .set("group.id", &config.group_id)
         .set("enable.auto.commit", "false")
@@ -23,7 +70,8 @@ pub fn consumer(config: &Config) -> KafkaResult<StreamConsumer> {
         .set("partition.assignment.strategy", "range,roundrobin")
         .set("session.timeout.ms", "10000")
         .set("heartbeat.interval.ms", "1000")
-        .create()?;
+        .set("statistics.interval.ms", "1000")
+        .create_with_context(context)?;
     let topics: Vec<&str> = shared::Topic::ALL.iter().map(|t| config.topic_name(*t)).collect();
     consumer.subscribe(&topics)?;
     Ok(consumer)
@@ -37,21 +85,18 @@ pub fn producer(config: &Config) -> KafkaResult<FutureProducer> {
         .create()
 }
 
-/// Waits for one message, then takes whatever else arrives within `linger`, up to `max` messages.
-/// A consumer error ends the batch early; it is logged, as librdkafka recovers from it by itself.
-pub async fn next_batch(consumer: &StreamConsumer, max: usize, linger: Duration) -> Vec<OwnedMessage> {
+/// Waits up to `idle` for one message, then takes whatever else arrives within `linger`, up to `max`
+/// messages. Empty when nothing arrived. A consumer error ends the wait early; it is logged, as
+/// librdkafka recovers from it by itself.
+pub async fn next_batch(consumer: &LiveConsumer, max: usize, linger: Duration, idle: Duration) -> Vec<OwnedMessage> {
     let mut batch = Vec::new();
-    loop {
-        match consumer.recv().await {
-            Ok(message) => {
-                batch.push(message.detach());
-                break;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "kafka consumer error");
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
+    match tokio::time::timeout(idle, consumer.recv()).await {
+        Ok(Ok(message)) => batch.push(message.detach()),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "kafka consumer error");
+            return batch;
         }
+        Err(_) => return batch,
     }
     let deadline = Instant::now() + linger;
     while batch.len() < max {
@@ -65,6 +110,12 @@ pub async fn next_batch(consumer: &StreamConsumer, max: usize, linger: Duration)
         }
     }
     batch
+}
+
+/// The `type` a poison message claims, if its value is a JSON object with one; for metrics only.
+pub fn claimed_type(message: &OwnedMessage) -> String {
+    let claimed = message.payload().and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok());
+    claimed.as_ref().and_then(|v| v.get("type")?.as_str()).unwrap_or("unknown").chars().take(64).collect()
 }
 
 /// A message set aside, with the reason.
@@ -116,11 +167,52 @@ pub fn offsets(batch: &[OwnedMessage]) -> KafkaResult<TopicPartitionList> {
 
 /// Commits offsets. A failure is logged, not fatal: the messages are applied already, and applying them
 /// again after a restart changes nothing.
-pub fn commit(consumer: &StreamConsumer, offsets: &TopicPartitionList, mode: CommitMode) {
+pub fn commit(consumer: &LiveConsumer, offsets: &TopicPartitionList, mode: CommitMode) {
     if offsets.count() == 0 {
         return;
     }
     if let Err(e) = consumer.commit(offsets, mode) {
         tracing::warn!(error = %e, "offset commit failed; the batch will be applied again after a restart");
     }
+}
+
+/// A consumer for reading offsets and watermarks of `group` (it joins nothing).
+pub fn inspector(config: &Config, group: &str) -> KafkaResult<rdkafka::consumer::BaseConsumer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", &config.brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .create()
+}
+
+/// The partitions of a topic.
+pub fn partitions<X: ConsumerContext, C: Consumer<X>>(consumer: &C, topic: &str) -> KafkaResult<Vec<i32>> {
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let partitions = metadata.topics().iter().flat_map(|t| t.partitions().iter().map(|p| p.id())).collect();
+    Ok(partitions)
+}
+
+/// Per partition of the given topics: the group's committed offset (if any) and the high watermark.
+pub type Progress = Vec<(String, i32, Option<i64>, i64)>;
+
+pub fn progress<X: ConsumerContext, C: Consumer<X>>(consumer: &C, topics: &[&str]) -> KafkaResult<Progress> {
+    let mut list = TopicPartitionList::new();
+    for topic in topics {
+        for partition in partitions(consumer, topic)? {
+            list.add_partition(topic, partition);
+        }
+    }
+    let committed = consumer.committed_offsets(list, Duration::from_secs(10))?;
+    let mut out = Vec::new();
+    for element in committed.elements() {
+        let (_, high) = consumer.fetch_watermarks(element.topic(), element.partition(), Duration::from_secs(10))?;
+        let offset = match element.offset() {
+            Offset::Offset(o) => Some(o),
+            _ => None,
+        };
+        out.push((element.topic().to_string(), element.partition(), offset, high));
+    }
+    Ok(out)
 }

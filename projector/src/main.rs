@@ -1,17 +1,41 @@
 use clap::Parser;
-use projector::config::{Config, LogFormat};
+use projector::config::{Cli, Command, DlqAction, LogFormat};
+use projector::rebuild::Options;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let config = Config::parse();
-    init_tracing(config.log_format);
-    projector::run(config, shutdown_signal()).await?;
+    let cli = Cli::parse();
+    init_tracing(cli.config.log_format);
+    let config = cli.config;
+    match cli.command.unwrap_or(Command::Run) {
+        Command::Run => projector::run(config, shutdown_signal()).await?,
+        Command::Rebuild { grace_secs, handover_lag, handover_timeout_secs, lock_wait_secs } => {
+            let options = Options {
+                grace: std::time::Duration::from_secs(grace_secs),
+                handover_lag,
+                handover_timeout: std::time::Duration::from_secs(handover_timeout_secs),
+                lock_wait: std::time::Duration::from_secs(lock_wait_secs),
+            };
+            projector::rebuild::run(config, options, projector::stop_signal(shutdown_signal())).await?;
+        }
+        Command::Digest { generation } => println!("{}", projector::admin::digest(&config, generation).await?),
+        Command::Status => print!("{}", projector::admin::status(&config).await?),
+        Command::Dlq { action: DlqAction::List } => {
+            for letter in tokio::task::block_in_place(|| projector::dlq::list(&config))? {
+                let key = letter.key.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
+                println!("{}/{}@{} key={key} reason={}", letter.topic, letter.partition, letter.offset, letter.reason);
+            }
+        }
+        Command::Dlq { action: DlqAction::Replay } => {
+            println!("replayed {} dead letters", projector::dlq::replay(&config).await?)
+        }
+    }
     Ok(())
 }
 
 fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -6,11 +6,13 @@
 //! script that checks the stored sequence is still the one the fold started from. A mismatch (another
 //! instance applied events meanwhile, e.g. during a rebalance) re-reads and re-folds that aggregate.
 
+use std::collections::HashMap;
+
 use redis::aio::ConnectionLike;
 use redis::{Pipeline, Script, Value};
 use shared::{Event, Keyspace, Topic};
 
-use crate::aggregate::{fold, IndexChange, Outcome, State, Tally, TranscriptChange};
+use crate::aggregate::{fold_with_verdicts, IndexChange, Outcome, State, Tally, TranscriptChange, Verdict};
 use crate::transcript;
 
 /// How many times one batch re-reads an aggregate that changed under it before giving up.
@@ -37,11 +39,21 @@ pub struct Group<'a> {
 }
 
 /// What a batch did, for the counters.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct Applied {
     pub tally: Tally,
     /// Events refused because their organization differs from the one recorded for their aggregate.
     pub refused: u64,
+    /// Events by topic, type and verdict (`applied`, `gap`, `duplicate`, `refused`).
+    pub by_kind: HashMap<(Topic, String, Verdict), u64>,
+}
+
+impl Applied {
+    fn count(&mut self, topic: Topic, events: &[&Event], verdict: impl Fn(usize) -> Verdict) {
+        for (i, event) in events.iter().enumerate() {
+            *self.by_kind.entry((topic, event.envelope.kind.clone(), verdict(i))).or_default() += 1;
+        }
+    }
 }
 
 const WRITE: &str = include_str!("write.lua");
@@ -66,6 +78,18 @@ impl<C: ConnectionLike + Send> Store<C> {
 
     pub fn keys(&self) -> &Keyspace {
         &self.keys
+    }
+
+    pub fn set_generation(&mut self, generation: u64) {
+        self.keys = self.keys.at(generation);
+    }
+
+    /// The connection, for the few reads and writes outside the apply path.
+    pub fn conn(&self) -> C
+    where
+        C: Clone,
+    {
+        self.conn.clone()
     }
 
     /// Applies every group; on error nothing is lost: applying the same batch again is idempotent.
@@ -111,6 +135,7 @@ impl<C: ConnectionLike + Send> Store<C> {
                         Some(e) => e.envelope.organization_id.as_str(),
                         None => {
                             applied.refused += group.events.len() as u64;
+                            applied.count(group.topic, &group.events, |_| "refused");
                             warn_refused(group, &recorded, group.events.len());
                             continue;
                         }
@@ -157,21 +182,23 @@ impl<C: ConnectionLike + Send> Store<C> {
         let mut written = Vec::new();
         for p in pending {
             let (sequence, state) = p.loaded.clone().expect("loaded before writing");
-            let (outcome, tally) = fold(p.group.aggregate_id, sequence, state, &p.events);
+            let (outcome, tally, verdicts) = fold_with_verdicts(p.group.aggregate_id, sequence, state, &p.events);
             if tally.applied == 0 {
                 applied.tally.duplicates += tally.duplicates;
+                applied.count(p.group.topic, &p.events, |_| "duplicate");
                 continue;
             }
             pipe.invoke_script(&self.invocation(&p, sequence, &outcome));
-            written.push((p, tally));
+            written.push((p, tally, verdicts));
         }
         if written.is_empty() {
             return Ok(Vec::new());
         }
         let replies: Vec<i64> = self.query(&pipe).await?;
         let mut conflicts = Vec::new();
-        for ((mut p, tally), reply) in written.into_iter().zip(replies) {
+        for ((mut p, tally, verdicts), reply) in written.into_iter().zip(replies) {
             if reply < 0 {
+                applied.count(p.group.topic, &p.events, |i| verdicts[i]);
                 applied.tally.applied += tally.applied;
                 applied.tally.duplicates += tally.duplicates;
                 applied.tally.gaps += tally.gaps;

@@ -3,6 +3,7 @@
 pub mod auth;
 pub mod config;
 pub mod error;
+pub mod metrics;
 pub mod models;
 pub mod openapi;
 pub mod pagination;
@@ -58,8 +59,10 @@ pub fn app(state: AppState) -> Router {
         .nest("/v1", v1)
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
+        .route("/metrics", get(metrics::render))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
+        .route_layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
         .with_state(state)
         .layer(CompressionLayer::new())
         .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))

@@ -26,7 +26,7 @@ use crate::state::AppState;
     params(PageQuery),
     responses(
         (status = 200, description = "A page of completed studies", body = StudyPage),
-        (status = 400, description = "Invalid pagination parameters", body = String),
+        (status = 400, description = "Invalid pagination parameters", body = String, content_type = "application/json"),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 503, description = "Temporarily unavailable; retry with backoff", body = ErrorBody),
     )
@@ -82,7 +82,7 @@ pub async fn get_study(
     params(("studyId" = String, Path, description = "The study identifier"), PageQuery),
     responses(
         (status = 200, description = "A page of interviews", body = InterviewPage),
-        (status = 400, description = "Invalid pagination parameters", body = String),
+        (status = 400, description = "Invalid pagination parameters", body = String, content_type = "application/json"),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No completed study with this id in the organization", body = ErrorBody),
         (status = 503, description = "Temporarily unavailable; retry with backoff", body = ErrorBody),
@@ -132,7 +132,13 @@ pub async fn get_interview(
 async fn interview(state: &AppState, (doc, transcript): StoredInterview) -> Result<Interview, ApiError> {
     let doc: InterviewDocument = serde_json::from_str(&doc).map_err(internal)?;
     let video_download_url = match (state.presigner(), &doc.video) {
-        (Some(presigner), Some(video)) => presigner.url(video).await,
+        (Some(presigner), Some(video)) => {
+            let url = presigner.url(video).await;
+            if url.is_none() {
+                state.metrics().presign_failures.inc();
+            }
+            url
+        }
         _ => None,
     };
     Ok(Interview {

@@ -11,6 +11,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::metrics::Metrics;
 use crate::presign::Presigner;
 use crate::read_model::ReadModel;
 
@@ -25,6 +26,7 @@ struct Inner {
     read_model: OnceCell<ReadModel>,
     generation: AtomicU64,
     presigner: Option<Presigner>,
+    metrics: Arc<Metrics>,
 }
 
 impl AppState {
@@ -43,6 +45,7 @@ impl AppState {
             read_model: OnceCell::new(),
             generation: AtomicU64::new(1),
             presigner,
+            metrics: Arc::default(),
         })))
     }
 
@@ -67,6 +70,10 @@ impl AppState {
 
     pub fn presigner(&self) -> Option<&Presigner> {
         self.0.presigner.as_ref()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.0.metrics
     }
 
     pub fn prefix(&self) -> &str {

@@ -5,6 +5,11 @@
 //! | key | type | holds |
 //! |---|---|---|
 //! | `P:active-generation` | string | the generation the API serves |
+//! | `P:generation-counter` | string | the last generation number handed out |
+//! | `P:rebuild` | hash | the running rebuild: `generation`, `group`, `phase` |
+//! | `P:rebuild-lock` | string | held (with a TTL) by the one running rebuild |
+//! | `P:projectors` | hash | instance id → JSON state of each live projector (generation, paused, heartbeat) |
+//! | `P:gN:meta` | hash | when and by which consumer group generation N was built |
 //! | `P:gN:owner:<aggregate>:<id>` | string | the organization recorded for an aggregate |
 //! | `P:gN:{<org>}:study:<id>` | hash | `seq`, `state`: the projector's state of a study |
 //! | `P:gN:{<org>}:studies` | sorted set | completed studies, score `completedAt` in µs, member id |
@@ -56,6 +61,27 @@ impl Keyspace {
     /// The pointer to the generation the API serves.
     pub fn active_generation(prefix: &str) -> String {
         format!("{prefix}:active-generation")
+    }
+
+    pub fn generation_counter(prefix: &str) -> String {
+        format!("{prefix}:generation-counter")
+    }
+
+    pub fn rebuild(prefix: &str) -> String {
+        format!("{prefix}:rebuild")
+    }
+
+    pub fn rebuild_lock(prefix: &str) -> String {
+        format!("{prefix}:rebuild-lock")
+    }
+
+    pub fn projectors(prefix: &str) -> String {
+        format!("{prefix}:projectors")
+    }
+
+    /// Facts about this generation itself (present from the moment it is started).
+    pub fn meta(&self) -> String {
+        format!("{}:meta", self.base())
     }
 
     /// Every key of this generation matches this pattern (for SCAN).

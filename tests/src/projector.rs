@@ -22,6 +22,7 @@ pub fn args(topics: &Topics, prefix: &str, group: &str) -> Vec<String> {
         ("--api-key-topic", topics.api_key.clone()),
         ("--key-prefix", prefix.to_string()),
         ("--batch-linger-ms", "5".to_string()),
+        ("--http-addr", "off".to_string()),
     ];
     pairs.into_iter().flat_map(|(k, v)| [k.to_string(), v]).collect()
 }
@@ -32,6 +33,8 @@ pub fn config(topics: &Topics, prefix: &str, group: &str) -> Config {
 
 /// A projector running in this process.
 pub struct Running {
+    /// Where its /metrics, /healthz and /readyz answer, when its configuration asked for them.
+    pub http: Option<std::net::SocketAddr>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), projector::Error>>,
     pub stats: Arc<Stats>,
@@ -42,8 +45,9 @@ pub async fn spawn(config: Config) -> Running {
     let projector =
         Projector::connect(config, stopped.clone()).await.expect("projector connects").expect("not stopped");
     let stats = projector.stats();
-    let task = tokio::spawn(projector.run(stopped));
-    Running { stop, task, stats }
+    let http = projector::serve_http(&projector, Default::default()).await.expect("http server");
+    let task = tokio::spawn(projector::live::run(projector, stopped));
+    Running { http, stop, task, stats }
 }
 
 impl Running {
@@ -69,11 +73,12 @@ pub fn binary() -> PathBuf {
 
 /// Starts the real projector binary.
 pub fn spawn_process(topics: &Topics, prefix: &str, group: &str) -> Child {
-    Command::new(binary())
-        .args(args(topics, prefix, group))
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("projector starts")
+    command(topics, prefix, group, &[]).stdout(Stdio::null()).spawn().expect("projector starts")
+}
+
+/// The real projector binary with a test's arguments, then `extra` (a subcommand and its options).
+pub fn command(topics: &Topics, prefix: &str, group: &str, extra: &[&str]) -> Command {
+    let mut command = Command::new(binary());
+    command.args(args(topics, prefix, group)).args(extra).env("RUST_LOG", "warn").stderr(Stdio::inherit());
+    command
 }

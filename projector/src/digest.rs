@@ -1,0 +1,107 @@
+//! A canonical digest of one generation of the read model: order-independent (an XOR of one SHA-256 per
+//! key) over every document, index and state, so two generations built from the same events digest alike
+//! whatever order they were written in. The generation's own `meta` key is left out.
+
+use redis::aio::ConnectionLike;
+use redis::{RedisResult, Value};
+use sha2::{Digest as _, Sha256};
+use shared::Keyspace;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Digest {
+    pub keys: u64,
+    pub sha256: String,
+}
+
+impl std::fmt::Display for Digest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({} keys)", self.sha256, self.keys)
+    }
+}
+
+/// Every key of the generation matching its pattern, in pages of SCAN.
+pub async fn scan<C: ConnectionLike + Send>(conn: &mut C, keys: &Keyspace) -> RedisResult<Vec<String>> {
+    let mut cursor = 0u64;
+    let mut all = Vec::new();
+    loop {
+        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(keys.pattern())
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        all.extend(page);
+        if next == 0 {
+            return Ok(all);
+        }
+        cursor = next;
+    }
+}
+
+pub async fn digest<C: ConnectionLike + Send>(conn: &mut C, keys: &Keyspace) -> RedisResult<Digest> {
+    let meta = keys.meta();
+    let names: Vec<String> = scan(conn, keys).await?.into_iter().filter(|k| *k != meta).collect();
+    let strip = keys.pattern().len() - 1;
+    let mut acc = [0u8; 32];
+    let mut count = 0;
+    for chunk in names.chunks(500) {
+        let mut types = redis::pipe();
+        for name in chunk {
+            types.cmd("TYPE").arg(name);
+        }
+        let kinds: Vec<String> = types.query_async(conn).await?;
+        let mut reads = redis::pipe();
+        for (name, kind) in chunk.iter().zip(&kinds) {
+            match kind.as_str() {
+                "hash" => reads.cmd("HGETALL").arg(name),
+                "zset" => reads.cmd("ZRANGE").arg(name).arg(0).arg(-1).arg("WITHSCORES"),
+                _ => reads.cmd("GET").arg(name),
+            };
+        }
+        let values: Vec<Value> = reads.query_async(conn).await?;
+        for ((name, kind), value) in chunk.iter().zip(&kinds).zip(values) {
+            if kind == "none" {
+                continue;
+            }
+            let mut hasher = Sha256::new();
+            field(&mut hasher, &name.as_bytes()[strip..]);
+            field(&mut hasher, kind.as_bytes());
+            for part in canonical(kind, value)? {
+                field(&mut hasher, &part);
+            }
+            for (a, b) in acc.iter_mut().zip(hasher.finalize()) {
+                *a ^= b;
+            }
+            count += 1;
+        }
+    }
+    Ok(Digest { keys: count, sha256: hex::encode(acc) })
+}
+
+fn field(hasher: &mut Sha256, bytes: &[u8]) {
+    hasher.update((bytes.len() as u64).to_be_bytes());
+    hasher.update(bytes);
+}
+
+/// The parts of a value in an order that does not depend on how it was written.
+fn canonical(kind: &str, value: Value) -> RedisResult<Vec<Vec<u8>>> {
+    Ok(match kind {
+        "hash" => {
+            let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value(value).map_err(to_redis)?;
+            pairs.sort();
+            pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()
+        }
+        "zset" => {
+            let mut members: Vec<(Vec<u8>, String)> = redis::from_redis_value(value).map_err(to_redis)?;
+            members.sort();
+            members.into_iter().flat_map(|(m, s)| [m, s.into_bytes()]).collect()
+        }
+        _ => vec![redis::from_redis_value::<Option<Vec<u8>>>(value).map_err(to_redis)?.unwrap_or_default()],
+    })
+}
+
+fn to_redis(e: redis::ParsingError) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::other(e.to_string()))
+}

@@ -1,0 +1,60 @@
+//! The projector's own small HTTP server: Prometheus `/metrics`, `/healthz` and `/readyz`.
+//!
+//! Ready means making progress: a projector that is behind (lag above zero) and has applied nothing for
+//! `stall_after` is not ready, so a stalled projection never looks healthy. A rebuild that is still
+//! catching up says so, and is ready.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+pub struct Health {
+    pub metrics: Arc<Metrics>,
+    pub stall_after: Duration,
+    /// Set while this process is a rebuild that has not caught up yet.
+    pub rebuilding: Arc<AtomicBool>,
+}
+
+pub fn router(health: Health) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
+        .route("/readyz", get(readyz))
+        .with_state(health)
+}
+
+async fn metrics(State(health): State<Health>) -> Response {
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], health.metrics.render()).into_response()
+}
+
+async fn readyz(State(health): State<Health>) -> Response {
+    let lag = health.metrics.total_lag();
+    let idle = health.metrics.since_progress();
+    if health.rebuilding.load(Ordering::Relaxed) {
+        let remaining = health.metrics.rebuild_remaining.get();
+        return Json(json!({ "status": "rebuilding", "remaining": remaining })).into_response();
+    }
+    if lag > 0 && idle >= health.stall_after.as_secs_f64() {
+        let body = json!({ "status": "stalled", "lag": lag, "secondsSinceProgress": idle });
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
+    Json(json!({ "status": "ready", "lag": lag, "generation": health.metrics.generation.get() })).into_response()
+}
+
+/// Serves until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, health: Health) {
+    if let Err(e) = axum::serve(listener, router(health)).await {
+        tracing::error!(error = %e, "the projector's HTTP server stopped");
+    }
+}

@@ -1,0 +1,83 @@
+//! Prometheus metrics of the API: requests and latency by route and status, authentication failures and
+//! video links that could not be signed. A registry per server (no global recorder).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::state::AppState;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub route: String,
+    pub method: String,
+    pub status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: String,
+}
+
+type Latency = Family<RouteLabels, Histogram, fn() -> Histogram>;
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Latency,
+    pub auth_failures: Counter,
+    pub presign_failures: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("api");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register("requests", "HTTP requests by route, method and status", requests.clone());
+        let latency: Latency = Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 18)));
+        registry.register("request_duration_seconds", "Time to answer, by route", latency.clone());
+        let auth_failures = Counter::default();
+        registry.register("auth_failures", "Requests refused for a missing or invalid API key", auth_failures.clone());
+        let presign_failures = Counter::default();
+        registry.register("presign_failures", "Video links that could not be signed", presign_failures.clone());
+        Self { registry, requests, latency, auth_failures, presign_failures }
+    }
+}
+
+impl Metrics {
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("metrics encode");
+        out
+    }
+}
+
+/// Counts and times every request by its route pattern (never the raw path, which holds ids).
+pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_string();
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let metrics: &Arc<Metrics> = state.metrics();
+    metrics.latency.get_or_create(&RouteLabels { route: route.clone() }).observe(started.elapsed().as_secs_f64());
+    let status = response.status().as_u16();
+    metrics.requests.get_or_create(&RequestLabels { route, method, status }).inc();
+    if status == 401 {
+        metrics.auth_failures.inc();
+    }
+    response
+}
+
+pub async fn render(State(state): State<AppState>) -> Response {
+    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+    ([(header::CONTENT_TYPE, content_type)], state.metrics().render()).into_response()
+}

@@ -1,0 +1,195 @@
+//! Rebuilding the read model by replay while it serves: clients never see an error or a shrunken list,
+//! the switch is followed by the API and the live projector, the result equals a build from scratch, and
+//! an interrupted rebuild never becomes active.
+
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::projector::rebuild::Options;
+use end_to_end::api::{self, spawn_app};
+use end_to_end::fixture;
+use end_to_end::kafka::{self, Outgoing, Topics};
+use end_to_end::scenario::Scenario;
+use end_to_end::{env, eventually, projector, redis, unique};
+use redis::AsyncCommands;
+use serde_json::json;
+use shared::Keyspace;
+
+const SECRET: &str = "rebuild-test-key-0001";
+
+async fn digest(keys: &Keyspace) -> String {
+    ::projector::digest::digest(&mut redis().await, keys).await.expect("digest").to_string()
+}
+
+async fn active(prefix: &str) -> Option<u64> {
+    redis().await.get(Keyspace::active_generation(prefix)).await.unwrap()
+}
+
+/// A fresh build of the same topics under another prefix, for comparison.
+async fn scratch_digest(topics: &Topics, total: u64) -> String {
+    let prefix = unique("scratch");
+    let running = projector::spawn(projector::config(topics, &prefix, &unique("g"))).await;
+    eventually(Duration::from_secs(120), "the scratch build", || async { (running.consumed() >= total).then_some(()) })
+        .await;
+    running.stop().await;
+    digest(&Keyspace::new(prefix, 1)).await
+}
+
+fn more_studies(org: &str, from: usize, count: usize) -> Vec<Outgoing> {
+    (from..from + count)
+        .flat_map(|n| fixture::completed_study(org, &format!("zz-late-{n:03}"), "2027-01-01T00:00:00Z").messages)
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a_shrunken_list() {
+    let topics = Topics::create().await;
+    let scenario = Scenario::generate(0x5eed_0010, 2, 12, 4);
+    let org = scenario.organizations()[0].clone();
+    let mut messages = scenario.messages.clone();
+    messages.extend(fixture::key(&org, "rebuild-key", SECRET).messages);
+    let producer = kafka::producer();
+    kafka::publish(&producer, &topics, &messages).await;
+    let (prefix, group) = (unique("rb"), unique("g"));
+    let live = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    let mut published = messages.len() as u64;
+    eventually(Duration::from_secs(60), "the live build", || async { (live.consumed() >= published).then_some(()) })
+        .await;
+    let app = Arc::new(spawn_app(api::config(&prefix, &env("REDIS_URL"))).await);
+
+    // A projection bug, fixed by the rebuild: a corrupted document in the live generation.
+    let expected = scenario.expected(&org);
+    let (victim, doc) = expected.studies[0].clone();
+    let mut corrupted = doc.clone();
+    corrupted["internalTitle"] = json!("corrupted");
+    let live_keys = Keyspace::new(prefix.clone(), 1);
+    let _: () = redis().await.hset(live_keys.study_documents(&org), &victim, corrupted.to_string()).await.unwrap();
+    assert_eq!(app.json(&format!("/v1/studies/{victim}"), SECRET).await.1["internalTitle"], "corrupted");
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let initial_total = expected.studies.len() as u64;
+    let pager = tokio::spawn(page_continuously(app.clone(), initial_total, stop.clone()));
+
+    let late = more_studies(&org, 0, 5);
+    let (_keep_running, running) = tokio::sync::watch::channel(false);
+    let rebuild = tokio::spawn(::projector::rebuild::run(
+        projector::config(&topics, &prefix, &group),
+        Options {
+            grace: Duration::from_secs(1),
+            handover_lag: 0,
+            handover_timeout: Duration::from_secs(30),
+            lock_wait: Duration::ZERO,
+        },
+        running,
+    ));
+    // Live events keep arriving during the rebuild.
+    kafka::publish(&producer, &topics, &late).await;
+    published += late.len() as u64;
+    let rebuilt = rebuild.await.unwrap().expect("the rebuild succeeds");
+    assert_eq!(rebuilt, Some(2));
+    assert_eq!(active(&prefix).await, Some(2));
+    eventually(Duration::from_secs(1), "the API to follow the switch within a second", || async {
+        let (_, ready) = app.json("/readyz", SECRET).await;
+        (ready["generation"] == 2).then_some(())
+    })
+    .await;
+    let (_, fixed) = app.json(&format!("/v1/studies/{victim}"), SECRET).await;
+    assert_eq!(
+        fixed,
+        json!({"id": victim, "internalTitle": doc["internalTitle"], "createdAt": doc["createdAt"], "updatedAt": doc["updatedAt"]})
+    );
+
+    // The live projector followed too: events published after the switch reach generation 2.
+    let after = more_studies(&org, 5, 3);
+    kafka::publish(&producer, &topics, &after).await;
+    published += after.len() as u64;
+    eventually(Duration::from_secs(30), "live events after the switch", || async {
+        let (_, body) = app.json("/v1/studies?pageSize=100", SECRET).await;
+        (body["pagination"]["total"] == initial_total + 8).then_some(())
+    })
+    .await;
+
+    stop.store(true, Ordering::Relaxed);
+    let pages = pager.await.expect("no client ever saw an error or a shrunken list");
+    assert!(pages > 0);
+    let old: Vec<String> = ::projector::digest::scan(&mut redis().await, &live_keys).await.unwrap();
+    assert!(old.is_empty(), "the old generation is deleted after the grace period: {} keys left", old.len());
+    eventually(Duration::from_secs(60), "the live projector to consume everything", || async {
+        (live.consumed() >= published).then_some(())
+    })
+    .await;
+    let rebuilt_digest = digest(&Keyspace::new(prefix, 2)).await;
+    assert_eq!(rebuilt_digest, scratch_digest(&topics, published).await);
+    live.stop().await;
+}
+
+/// Pages through `/v1/studies` until told to stop; panics on any error, any total below `floor`, or an
+/// empty page before the end. Returns the number of pages read.
+async fn page_continuously(app: Arc<api::TestApp>, floor: u64, stop: Arc<AtomicBool>) -> u64 {
+    let mut pages = 0;
+    while !stop.load(Ordering::Relaxed) {
+        let mut page = 1;
+        loop {
+            let (status, body) = app.json(&format!("/v1/studies?page={page}&pageSize=5"), SECRET).await;
+            assert_eq!(status, 200, "{body}");
+            let total = body["pagination"]["total"].as_u64().unwrap();
+            assert!(total >= floor, "the list shrank to {total}");
+            let items = body["items"].as_array().unwrap();
+            pages += 1;
+            if page * 5 >= total {
+                break;
+            }
+            assert!(!items.is_empty(), "an empty page {page} of {total}");
+            assert!(items.iter().all(|i| i["internalTitle"].is_string()), "{body}");
+            page += 1;
+        }
+    }
+    pages
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes() {
+    let topics = Topics::create().await;
+    let scenario = Scenario::generate(0x5eed_0011, 4, 20, 6);
+    let total = scenario.messages.len();
+    kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
+    let (prefix, group) = (unique("rb"), unique("g"));
+    let live = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    eventually(Duration::from_secs(120), "the live build", || async {
+        (live.consumed() >= total as u64).then_some(())
+    })
+    .await;
+
+    let rebuild = ["rebuild", "--grace-secs", "1", "--handover-lag", "0", "--lock-wait-secs", "0"];
+    let mut first = projector::command(&topics, &prefix, &group, &rebuild).stdout(Stdio::null()).spawn().unwrap();
+    let building = Keyspace::new(prefix.clone(), 2);
+    let message = &scenario.messages[total / 3];
+    let owner = building.owner(message.topic, &message.key);
+    eventually(Duration::from_secs(60), "the rebuild to be a third in", || async {
+        redis().await.exists::<_, bool>(&owner).await.unwrap().then_some(())
+    })
+    .await;
+
+    let second = projector::command(&topics, &prefix, &group, &rebuild).stderr(Stdio::piped()).output().unwrap();
+    assert!(!second.status.success(), "two rebuilds cannot run at once");
+    assert!(String::from_utf8_lossy(&second.stderr).contains("another rebuild is running"));
+
+    first.kill().unwrap();
+    first.wait().unwrap();
+    assert_eq!(active(&prefix).await, Some(1), "a killed rebuild never becomes active");
+
+    let resume = ["rebuild", "--grace-secs", "1", "--handover-lag", "0", "--lock-wait-secs", "30"];
+    let output = tokio::task::spawn_blocking(move || {
+        projector::command(&topics, &prefix, &group, &resume).output().map(|o| (o, topics, prefix))
+    });
+    let (output, topics, prefix) = output.await.unwrap().unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("resuming the interrupted rebuild of generation 2"), "{stdout}");
+    assert!(stdout.contains("switched to generation 2"), "{stdout}");
+    assert_eq!(active(&prefix).await, Some(2));
+    assert_eq!(digest(&building).await, scratch_digest(&topics, total as u64).await);
+    live.stop().await;
+}
