@@ -95,6 +95,11 @@ impl<C: ConnectionLike + Send> Store<C> {
     /// Applies every group; on error nothing is lost: applying the same batch again is idempotent.
     pub async fn apply(&mut self, groups: &[Group<'_>]) -> Result<Applied, StoreError> {
         let mut applied = Applied::default();
+        if groups.is_empty() {
+            // A batch of only poison messages or unknown types: nothing to write (and an empty pipeline
+            // is an error in the client).
+            return Ok(applied);
+        }
         let mut pending = self.resolve_owners(groups, &mut applied).await?;
         for _ in 0..MAX_ATTEMPTS {
             if pending.is_empty() {

@@ -9,6 +9,7 @@ pub mod dump;
 pub mod events;
 pub mod fixture;
 pub mod kafka;
+pub mod own_redis;
 pub mod projector;
 pub mod read_model;
 pub mod s3;

@@ -41,6 +41,9 @@ pub struct Running {
 }
 
 pub async fn spawn(config: Config) -> Running {
+    if let Ok(filter) = std::env::var("TEST_LOG") {
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    }
     let (stop, stopped) = watch::channel(false);
     let projector =
         Projector::connect(config, stopped.clone()).await.expect("projector connects").expect("not stopped");

@@ -154,3 +154,22 @@ async fn an_unknown_event_type_is_skipped_and_counted_and_later_events_still_app
     assert_eq!(listed, ["i1"]);
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_of_nothing_but_poison_messages_does_not_block_the_partition() {
+    let topics = Topics::create().await;
+    let producer = kafka::producer();
+    kafka::publish(&producer, &topics, &[raw(Topic::Study, "s1", "{"), raw(Topic::Study, "s1", "[]")]).await;
+    let prefix = unique("rm");
+    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
+    eventually(WAIT, "the poison messages set aside", || async {
+        (running.stats.snapshot().dead_lettered == 2).then_some(())
+    })
+    .await;
+    let created =
+        event(Topic::Study, "org", "s1", 1, "study.created", "2026-05-01T10:00:00Z", json!({"internalTitle": "T"}));
+    kafka::publish(&producer, &topics, &[created]).await;
+    eventually(WAIT, "the next event applied", || async { (running.stats.snapshot().applied == 1).then_some(()) })
+        .await;
+    running.stop().await;
+}

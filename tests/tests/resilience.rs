@@ -2,62 +2,13 @@
 //! ends with exactly the model's read model once Redis is back. Uses a Redis of its own, so stopping it
 //! disturbs no other test.
 
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use end_to_end::kafka::{self, Topics};
+use end_to_end::own_redis::OwnRedis;
 use end_to_end::scenario::Scenario;
 use end_to_end::{eventually, projector, read_model, unique};
 use shared::Keyspace;
-
-struct OwnRedis {
-    port: u16,
-    dir: std::path::PathBuf,
-    child: Option<Child>,
-}
-
-impl OwnRedis {
-    fn start() -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-        let dir = std::env::temp_dir().join(unique("redis"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut redis = Self { port, dir, child: None };
-        redis.restart();
-        redis
-    }
-
-    fn restart(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--save", "", "--appendonly", "yes"])
-            .args(["--appendfsync", "always", "--dir", self.dir.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
-        self.child = Some(child);
-    }
-
-    /// SIGTERM: Redis flushes its append-only file and exits.
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            Command::new("kill").arg("-TERM").arg(child.id().to_string()).status().unwrap();
-            child.wait().unwrap();
-        }
-    }
-
-    fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
-    }
-}
-
-impl Drop for OwnRedis {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_events() {

@@ -1,0 +1,147 @@
+//! What an operator relies on: metrics with the values the test provoked, readiness that turns on a
+//! stalled projection, `status`, and dead letters listed and replayed through the same rules.
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use end_to_end::events::{event, raw};
+use end_to_end::kafka::{self, Topics};
+use end_to_end::own_redis::OwnRedis;
+use end_to_end::{eventually, projector, unique};
+use serde_json::{json, Value};
+use shared::Topic;
+
+/// The sum of every sample of `name` whose labels contain all of `labels`.
+fn sample(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
+        .filter(|l| labels.iter().all(|label| l.contains(label)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+async fn get(url: &str) -> (u16, String) {
+    let response = reqwest::get(url).await.expect("request");
+    (response.status().as_u16(), response.text().await.unwrap())
+}
+
+fn study(id: &str, seq: u64, kind: &str, data: Value) -> kafka::Outgoing {
+    event(Topic::Study, "org", id, seq, kind, "2026-05-01T10:00:00Z", data)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_stalls() {
+    let mut redis = OwnRedis::start();
+    let topics = Topics::create().await;
+    let messages = vec![
+        study("s1", 1, "study.created", json!({"internalTitle": "A"})),
+        raw(Topic::Study, "s1", "{broken"),
+        study("s1", 2, "study.archived", json!({})),
+        study("s1", 3, "study.completed", json!({"completedAt": "2026-05-01T09:00:00Z"})),
+        study("s1", 3, "study.completed", json!({"completedAt": "2026-05-01T09:00:00Z"})),
+        raw(Topic::Study, "s1", r#"{"type":"study.retitled","data":{}}"#),
+    ];
+    let producer = kafka::producer();
+    kafka::publish(&producer, &topics, &messages).await;
+    let mut config = projector::config(&topics, &unique("rm"), &unique("g"));
+    config.redis_url = redis.url();
+    config.http_addr = "127.0.0.1:0".parse().unwrap();
+    config.stall_after_secs = 1;
+    let running = projector::spawn(config).await;
+    let base = format!("http://{}", running.http.expect("an HTTP server"));
+    eventually(Duration::from_secs(60), "every message consumed", || async { (running.consumed() >= 6).then_some(()) })
+        .await;
+
+    let (status, metrics) = get(&format!("{base}/metrics")).await;
+    assert_eq!(status, 200);
+    let topic = format!("topic=\"{}\"", topics.study);
+    let events = "projector_events_total";
+    assert_eq!(sample(&metrics, events, &[&topic, "type=\"study.created\"", "outcome=\"applied\""]), 1.0);
+    assert_eq!(sample(&metrics, events, &[&topic, "type=\"study.completed\"", "outcome=\"gap\""]), 1.0, "{metrics}");
+    assert_eq!(sample(&metrics, events, &[&topic, "type=\"study.completed\"", "outcome=\"duplicate\""]), 1.0);
+    assert_eq!(sample(&metrics, events, &[&topic, "type=\"study.archived\"", "outcome=\"skipped\""]), 1.0);
+    assert_eq!(sample(&metrics, events, &[&topic, "outcome=\"dead_lettered\""]), 2.0);
+    assert_eq!(sample(&metrics, events, &[&topic, "type=\"study.retitled\"", "outcome=\"dead_lettered\""]), 1.0);
+    assert!(sample(&metrics, "projector_apply_seconds_count", &[]) >= 1.0);
+    assert!(sample(&metrics, "projector_batch_size_messages_sum", &[]) >= 6.0);
+    assert_eq!(sample(&metrics, "projector_generation", &[]), 1.0);
+    assert!(sample(&metrics, "projector_heartbeat_timestamp_seconds", &[]) > 1.7e9);
+    let (status, ready) = get(&format!("{base}/readyz")).await;
+    assert_eq!(status, 200, "{ready}");
+
+    // Redis goes away while events keep coming: lag grows, no progress, so not ready.
+    redis.stop();
+    let more: Vec<_> =
+        (0..5).map(|n| study(&format!("s{}", n + 2), 1, "study.created", json!({"internalTitle": "B"}))).collect();
+    kafka::publish(&producer, &topics, &more).await;
+    let stalled = eventually(Duration::from_secs(30), "readiness to report the stall", || async {
+        let (status, body) = get(&format!("{base}/readyz")).await;
+        (status == 503).then_some(body)
+    })
+    .await;
+    assert!(stalled.contains("stalled"), "{stalled}");
+    let (_, metrics) = get(&format!("{base}/metrics")).await;
+    assert!(sample(&metrics, "projector_lag_messages", &[&topic]) > 0.0, "{metrics}");
+    eventually(Duration::from_secs(30), "the failed attempts to be counted", || async {
+        let (_, metrics) = get(&format!("{base}/metrics")).await;
+        (sample(&metrics, "projector_retries_total", &[]) > 0.0).then_some(())
+    })
+    .await;
+    assert_eq!(get(&format!("{base}/healthz")).await.0, 200, "alive, though not ready");
+
+    redis.restart();
+    eventually(Duration::from_secs(60), "recovery", || async {
+        let (status, _) = get(&format!("{base}/readyz")).await;
+        let (_, metrics) = get(&format!("{base}/metrics")).await;
+        (status == 200 && running.consumed() >= 11 && sample(&metrics, "projector_lag_messages", &[]) == 0.0)
+            .then_some(())
+    })
+    .await;
+    running.stop().await;
+}
+
+fn run(topics: &Topics, prefix: &str, group: &str, args: &[&str]) -> String {
+    let output = projector::command(topics, prefix, group, args).stdout(Stdio::piped()).output().unwrap();
+    assert!(output.status.success(), "projector {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8(output.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
+    let topics = Topics::create().await;
+    let messages = vec![
+        study("s1", 1, "study.created", json!({"internalTitle": "A"})),
+        raw(Topic::Study, "s1", "{broken"),
+        raw(Topic::Study, "s2", r#"{"type":"study.created"}"#),
+    ];
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let running = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    eventually(Duration::from_secs(60), "every message consumed", || async { (running.consumed() >= 3).then_some(()) })
+        .await;
+
+    let dlq = format!("{}.dlq: 2", topics.study);
+    let status = eventually(Duration::from_secs(30), "status with the committed offsets", || async {
+        let status = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["status"]));
+        (status.contains(&dlq) && !status.contains("lag 1") && !status.contains("lag 2")).then_some(status)
+    })
+    .await;
+    assert!(status.contains("active generation: 1"), "{status}");
+    assert!(status.contains("live projectors: 1"), "{status}");
+    assert!(status.contains(&format!("lag of group {group}")), "{status}");
+
+    let list = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["dlq", "list"]));
+    let lines: Vec<&str> = list.lines().collect();
+    assert_eq!(lines.len(), 2, "{list}");
+    assert!(lines.iter().all(|l| l.contains("reason=invalid envelope")), "{list}");
+
+    let replayed = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["dlq", "replay"]));
+    assert_eq!(replayed.trim(), "replayed 2 dead letters");
+    eventually(Duration::from_secs(60), "the replayed messages", || async { (running.consumed() >= 5).then_some(()) })
+        .await;
+    assert_eq!(running.stats.snapshot().dead_lettered, 4, "still bad, so back in the dead-letter topic");
+    let again = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["dlq", "replay"]));
+    assert_eq!(again.trim(), "replayed 2 dead letters", "only the new dead letters");
+    running.stop().await;
+}
