@@ -89,3 +89,27 @@ async fn the_openapi_document_is_served_as_committed() {
     let committed = include_str!("../../query-api/openapi.json");
     assert_eq!(served, committed);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_metrics_count_requests_by_route_and_status_and_auth_failures() {
+    let world = World::start(&fixture::dataset()).await;
+    for _ in 0..3 {
+        assert_eq!(world.app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
+    }
+    assert_eq!(world.app.get("/v1/studies/s_a", Some("wrong-key-000")).await.status(), 401);
+    assert_eq!(world.app.get("/v1/interviews/nope", Some(ACME_KEY)).await.status(), 404);
+    let metrics = world.app.get("/metrics", None).await.text().await.unwrap();
+    let line = |prefix: &str| {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} in {metrics}"))
+            .to_string()
+    };
+    assert!(line(r#"api_requests_total{route="/v1/studies",method="GET",status="200"}"#).ends_with(" 3"));
+    assert!(line(r#"api_requests_total{route="/v1/studies/{id}",method="GET",status="401"}"#).ends_with(" 1"));
+    assert!(line(r#"api_requests_total{route="/v1/interviews/{id}",method="GET",status="404"}"#).ends_with(" 1"));
+    assert!(line("api_auth_failures_total").ends_with(" 1"));
+    assert!(line(r#"api_request_duration_seconds_count{route="/v1/studies"}"#).ends_with(" 3"));
+    assert!(!metrics.contains("nope"), "routes are patterns, never raw paths");
+}
