@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use shared::Topic;
 
 #[derive(Debug, Clone, Parser)]
@@ -70,11 +70,7 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+pub use shared::process::LogFormat;
 
 impl Config {
     /// The configured name of a topic.

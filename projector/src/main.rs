@@ -1,14 +1,14 @@
 use clap::Parser;
-use projector::config::{Cli, Command, DlqAction, LogFormat};
+use projector::config::{Cli, Command, DlqAction};
 use projector::rebuild::Options;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_tracing(cli.config.log_format);
+    shared::process::init_tracing(cli.config.log_format);
     let config = cli.config;
     match cli.command.unwrap_or(Command::Run) {
-        Command::Run => projector::run(config, shutdown_signal()).await?,
+        Command::Run => projector::run(config, shared::process::shutdown_signal()).await?,
         Command::Rebuild { grace_secs, handover_lag, handover_timeout_secs, lock_wait_secs } => {
             let options = Options {
                 grace: std::time::Duration::from_secs(grace_secs),
@@ -16,7 +16,8 @@ async fn main() -> anyhow::Result<()> {
                 handover_timeout: std::time::Duration::from_secs(handover_timeout_secs),
                 lock_wait: std::time::Duration::from_secs(lock_wait_secs),
             };
-            projector::rebuild::run(config, options, projector::stop_signal(shutdown_signal())).await?;
+            projector::rebuild::run(config, options, projector::stop_signal(shared::process::shutdown_signal()))
+                .await?;
         }
         Command::Digest { generation } => println!("{}", projector::admin::digest(&config, generation).await?),
         Command::Status => print!("{}", projector::admin::status(&config).await?),
@@ -31,33 +32,4 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-fn init_tracing(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
-/// Completes on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = terminate => {},
-    }
-    tracing::info!("shutdown requested");
 }

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
 #[derive(Debug, Clone, Parser)]
 #[command(name = "query-api", version, about = "Serves completed studies and interviews from the Redis read model.")]
@@ -53,11 +53,7 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum LogFormat {
-    Text,
-    Json,
-}
+pub use shared::process::LogFormat;
 
 impl Config {
     pub fn redis_timeout(&self) -> Duration {

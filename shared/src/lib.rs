@@ -6,6 +6,8 @@
 pub mod documents;
 pub mod events;
 pub mod keys;
+#[cfg(feature = "process")]
+pub mod process;
 pub mod time;
 
 pub use documents::{Facet, InterviewDocument, Participant, StudyDocument, VideoObject};
