@@ -74,9 +74,32 @@ pub fn binary() -> PathBuf {
     path
 }
 
+/// A child process that is killed when dropped, so a failing test leaves nothing running.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
 /// Starts the real projector binary.
-pub fn spawn_process(topics: &Topics, prefix: &str, group: &str) -> Child {
-    command(topics, prefix, group, &[]).stdout(Stdio::null()).spawn().expect("projector starts")
+pub fn spawn_process(topics: &Topics, prefix: &str, group: &str) -> KillOnDrop {
+    KillOnDrop(command(topics, prefix, group, &[]).stdout(Stdio::null()).spawn().expect("projector starts"))
 }
 
 /// The real projector binary with a test's arguments, then `extra` (a subcommand and its options).

@@ -3,7 +3,6 @@
 //! applying an event twice changes nothing.
 
 use std::collections::HashMap;
-use std::process::Child;
 use std::time::Duration;
 
 use end_to_end::dump::{digest, dump};
@@ -86,7 +85,7 @@ async fn applied_everything(
 }
 
 /// SIGTERM, then the projector must finish its batch, commit and exit cleanly.
-fn terminate(mut child: Child) {
+fn terminate(mut child: projector::KillOnDrop) {
     let status = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
     assert!(status.expect("kill runs").success());
     let exit = child.wait().expect("projector exits");

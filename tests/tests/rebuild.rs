@@ -163,7 +163,9 @@ async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes(
     .await;
 
     let rebuild = ["rebuild", "--grace-secs", "1", "--handover-lag", "0", "--lock-wait-secs", "0"];
-    let mut first = projector::command(&topics, &prefix, &group, &rebuild).stdout(Stdio::null()).spawn().unwrap();
+    let mut first = projector::KillOnDrop(
+        projector::command(&topics, &prefix, &group, &rebuild).stdout(Stdio::null()).spawn().unwrap(),
+    );
     let building = Keyspace::new(prefix.clone(), 2);
     let message = &scenario.messages[total / 3];
     let owner = building.owner(message.topic, &message.key);
