@@ -10,6 +10,7 @@ pub mod pagination;
 pub mod presign;
 pub mod read_model;
 pub mod routes;
+pub mod sigv4;
 pub mod state;
 
 use std::future::Future;

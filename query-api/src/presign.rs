@@ -1,20 +1,38 @@
-//! Presigned video links: a SigV4 query-signed GET for the stored object, made on every request (no
-//! network call: signing is local), valid 15 minutes. Any failure gives no link, never a failed request.
+//! Presigned video links: a SigV4 query-signed GET for the stored object, made on every request and valid
+//! 15 minutes, or less when the credentials expire sooner, so a link never outlives its credentials.
+//! Signing makes no network call: credentials come from the AWS SDK's provider chain and are kept until
+//! shortly before they expire; the signing key is derived once a day ([`crate::sigv4`]). Any failure gives
+//! no link, never a failed request.
 
-use std::time::Duration;
+use std::sync::RwLock;
+use std::time::{Duration, Instant, SystemTime};
 
-use aws_sdk_s3::presigning::PresigningConfig;
+use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
+use chrono::{DateTime, Utc};
 use shared::VideoObject;
 
 use crate::config::Config;
+use crate::sigv4::{self, Endpoint, Keys, SigningKey};
 
 /// Lifetime of a video link (api.md section 8).
 pub const LINK_LIFETIME: Duration = Duration::from_secs(900);
+/// Credentials without an expiry are fetched again this often, to follow rotations.
+const REFRESH_EVERY: Duration = Duration::from_secs(300);
+
+pub struct Presigner {
+    endpoint: Endpoint,
+    default_bucket: Option<String>,
+    provider: SharedCredentialsProvider,
+    cached: RwLock<Option<Cached>>,
+    refresh: tokio::sync::Mutex<()>,
+}
 
 #[derive(Clone)]
-pub struct Presigner {
-    client: aws_sdk_s3::Client,
-    default_bucket: Option<String>,
+struct Cached {
+    keys: Keys,
+    expiry: Option<SystemTime>,
+    fetched: Instant,
+    signing_key: SigningKey,
 }
 
 impl Presigner {
@@ -27,23 +45,99 @@ impl Presigner {
             .region(aws_config::Region::new(config.s3_region.clone()))
             .load()
             .await;
-        let mut s3 = aws_sdk_s3::config::Builder::from(&shared).force_path_style(config.s3_force_path_style);
-        if let Some(endpoint) = &config.s3_endpoint {
-            s3 = s3.endpoint_url(endpoint);
-        }
-        Some(Self { client: aws_sdk_s3::Client::from_conf(s3.build()), default_bucket: config.s3_bucket.clone() })
+        let Some(provider) = shared.credentials_provider() else {
+            tracing::warn!("no AWS credentials provider: video links are off");
+            return None;
+        };
+        let (url, path_style) = match &config.s3_endpoint {
+            Some(url) => (url.clone(), config.s3_force_path_style),
+            None => (format!("https://s3.{}.amazonaws.com", config.s3_region), config.s3_force_path_style),
+        };
+        let Some(endpoint) = Endpoint::parse(&url, &config.s3_region, path_style) else {
+            tracing::error!(endpoint = %url, "S3_ENDPOINT is not a base URL (scheme://host[:port]): video links are off");
+            return None;
+        };
+        Some(Self {
+            endpoint,
+            default_bucket: config.s3_bucket.clone(),
+            provider,
+            cached: RwLock::new(None),
+            refresh: tokio::sync::Mutex::new(()),
+        })
     }
 
-    /// A fresh link to the object, or `None` when there is no bucket for it or signing fails.
+    /// A fresh link to the object, or `None` when there is no bucket for it or no usable credentials.
     pub async fn url(&self, video: &VideoObject) -> Option<String> {
         let bucket = video.bucket.as_ref().or(self.default_bucket.as_ref())?;
-        let presigning = PresigningConfig::expires_in(LINK_LIFETIME).ok()?;
-        match self.client.get_object().bucket(bucket).key(&video.key).presigned(presigning).await {
-            Ok(request) => Some(request.uri().to_string()),
+        let now = SystemTime::now();
+        let cached = self.credentials(now).await?;
+        let lifetime = lifetime(cached.expiry, now)?;
+        let amz_date = DateTime::<Utc>::from(now).format("%Y%m%dT%H%M%SZ").to_string();
+        let signing_key = if cached.signing_key.date() == &amz_date[..8] {
+            cached.signing_key
+        } else {
+            SigningKey::derive(&cached.keys.secret_access_key, &amz_date[..8], &self.endpoint.region)
+        };
+        Some(sigv4::presign(&self.endpoint, &cached.keys, &signing_key, &amz_date, lifetime, bucket, &video.key))
+    }
+
+    /// The cached credentials, fetched again when they expire within a link's lifetime (plus a minute),
+    /// when they are old, or on a new day (for the signing key).
+    async fn credentials(&self, now: SystemTime) -> Option<Cached> {
+        let today = DateTime::<Utc>::from(now).format("%Y%m%d").to_string();
+        let fresh = |c: &Cached| {
+            let long_enough = c.expiry.is_none_or(|e| e > now + LINK_LIFETIME + Duration::from_secs(60));
+            long_enough && c.fetched.elapsed() < REFRESH_EVERY && c.signing_key.date() == today
+        };
+        if let Some(cached) = self.cached.read().expect("credential cache").as_ref().filter(|c| fresh(c)) {
+            return Some(cached.clone());
+        }
+        let _one_at_a_time = self.refresh.lock().await;
+        if let Some(cached) = self.cached.read().expect("credential cache").as_ref().filter(|c| fresh(c)) {
+            return Some(cached.clone());
+        }
+        match self.provider.provide_credentials().await {
+            Ok(credentials) => {
+                let keys = Keys {
+                    access_key_id: credentials.access_key_id().to_string(),
+                    secret_access_key: credentials.secret_access_key().to_string(),
+                    session_token: credentials.session_token().map(String::from),
+                };
+                let signing_key = SigningKey::derive(&keys.secret_access_key, &today, &self.endpoint.region);
+                let cached = Cached { keys, expiry: credentials.expiry(), fetched: Instant::now(), signing_key };
+                *self.cached.write().expect("credential cache") = Some(cached.clone());
+                Some(cached)
+            }
             Err(e) => {
-                tracing::warn!(error = %e, "could not presign a video link");
-                None
+                tracing::warn!(error = %e, "no AWS credentials for video links");
+                // Keep serving with credentials that are still valid, if any.
+                self.cached.read().expect("credential cache").clone().filter(|c| lifetime(c.expiry, now).is_some())
             }
         }
+    }
+}
+
+/// Seconds a link made `now` may live: the link lifetime, cut to what the credentials have left;
+/// `None` when they have expired.
+pub fn lifetime(expiry: Option<SystemTime>, now: SystemTime) -> Option<u64> {
+    let full = LINK_LIFETIME.as_secs();
+    match expiry {
+        None => Some(full),
+        Some(expiry) => expiry.duration_since(now).ok().map(|left| left.as_secs().min(full)).filter(|s| *s > 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_link_never_outlives_its_credentials() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        assert_eq!(lifetime(None, now), Some(900));
+        assert_eq!(lifetime(Some(now + Duration::from_secs(3600)), now), Some(900));
+        assert_eq!(lifetime(Some(now + Duration::from_secs(300)), now), Some(300));
+        assert_eq!(lifetime(Some(now), now), None);
+        assert_eq!(lifetime(Some(now - Duration::from_secs(1)), now), None);
     }
 }
