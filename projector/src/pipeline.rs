@@ -108,6 +108,22 @@ impl Projector {
         self.store.keys().generation()
     }
 
+    /// Reads every partition of the three topics itself, from its group's committed offsets (or the
+    /// earliest), instead of sharing them in a consumer group: for a rebuild, which runs alone (its lock)
+    /// and must see every partition to know it has caught up.
+    pub fn assign_everything(&mut self) -> Result<(), Error> {
+        self.consumer.unsubscribe();
+        let mut list = TopicPartitionList::new();
+        for topic in Topic::ALL {
+            let name = self.config.topic_name(topic).to_string();
+            for partition in tokio::task::block_in_place(|| kafka::partitions(&self.consumer, &name))? {
+                list.add_partition_offset(&name, partition, Offset::Stored)?;
+            }
+        }
+        self.consumer.assign(&list)?;
+        Ok(())
+    }
+
     /// Writes to another generation from the next batch on.
     pub fn switch_generation(&mut self, generation: u64) {
         tracing::info!(from = self.generation(), to = generation, "switching generation");

@@ -4,7 +4,8 @@
 //! One rebuild at a time: it holds `P:rebuild-lock` (a TTL it keeps renewing). Its state lives in
 //! `P:rebuild`, and its progress in its own consumer group, so an interrupted rebuild resumes where it
 //! stopped; if its generation lost its data meanwhile (a Redis restart), it starts over in a new one.
-//! Once within `handover_lag` messages of the end of every partition, it hands over (see
+//! It reads every partition itself (no group membership to share them with), from its group's committed
+//! offsets. Once within `handover_lag` messages of the end of every partition, it hands over (see
 //! [`crate::control`]): live projectors pause, the rebuild catches up with their committed offsets, and
 //! the active generation switches in one `SET`. The old generation is deleted after a grace period with
 //! `UNLINK`, in batches. A generation is never made active before it has caught up.
@@ -138,6 +139,7 @@ async fn rebuild(
     build_config.group_id = group;
     build_config.generation = Some(generation);
     let Some(mut projector) = Projector::connect(build_config, stopped.clone()).await? else { return Ok(None) };
+    projector.assign_everything()?;
     let rebuilding = Arc::new(AtomicBool::new(true));
     if let Err(e) = crate::serve_http(&projector, rebuilding.clone()).await {
         tracing::warn!(error = %e, "no metrics server for the rebuild");
@@ -153,7 +155,7 @@ async fn rebuild(
             println!("generation {generation}: {remaining} messages to go");
             last_report = Instant::now();
         }
-        if remaining <= options.handover_lag && assigned_everything(&projector, config)? {
+        if remaining <= options.handover_lag {
             if handover(config, options, conn, &mut projector, generation, stopped).await? {
                 break;
             }
@@ -173,17 +175,6 @@ async fn rebuild(
 
 async fn step(projector: &mut Projector, stopped: &mut watch::Receiver<bool>) -> Result<Step, Error> {
     projector.step(stopped, Duration::from_millis(200)).await
-}
-
-/// Whether the rebuild's consumer has every partition of the three topics (it is alone in its group).
-fn assigned_everything(projector: &Projector, config: &Config) -> Result<bool, Error> {
-    let assigned = rdkafka::consumer::Consumer::assignment(&projector.consumer)?.count();
-    let mut total = 0;
-    for topic in Topic::ALL {
-        total +=
-            tokio::task::block_in_place(|| kafka::partitions(&projector.consumer, config.topic_name(topic)))?.len();
-    }
-    Ok(assigned == total)
 }
 
 /// Pauses the live projectors, catches up with their committed offsets and switches. False when it must

@@ -108,3 +108,23 @@ pub fn command(topics: &Topics, prefix: &str, group: &str, extra: &[&str]) -> Co
     command.args(args(topics, prefix, group)).args(extra).env("RUST_LOG", "warn").stderr(Stdio::inherit());
     command
 }
+
+/// Runs a command to completion with its output captured, killing it and failing the test if it takes
+/// longer than `deadline`.
+pub fn output_within(mut command: Command, deadline: std::time::Duration) -> std::process::Output {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("command starts");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("command status").is_none() {
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("killed command output");
+            panic!(
+                "{command:?} did not finish within {deadline:?}; it printed:\n{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("command output")
+}

@@ -174,7 +174,8 @@ async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes(
     })
     .await;
 
-    let second = projector::command(&topics, &prefix, &group, &rebuild).stderr(Stdio::piped()).output().unwrap();
+    let second =
+        projector::output_within(projector::command(&topics, &prefix, &group, &rebuild), Duration::from_secs(60));
     assert!(!second.status.success(), "two rebuilds cannot run at once");
     assert!(String::from_utf8_lossy(&second.stderr).contains("another rebuild is running"));
 
@@ -183,10 +184,9 @@ async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes(
     assert_eq!(active(&prefix).await, Some(1), "a killed rebuild never becomes active");
 
     let resume = ["rebuild", "--grace-secs", "1", "--handover-lag", "0", "--lock-wait-secs", "30"];
-    let output = tokio::task::spawn_blocking(move || {
-        projector::command(&topics, &prefix, &group, &resume).output().map(|o| (o, topics, prefix))
-    });
-    let (output, topics, prefix) = output.await.unwrap().unwrap();
+    let command = projector::command(&topics, &prefix, &group, &resume);
+    let output =
+        tokio::task::spawn_blocking(move || projector::output_within(command, Duration::from_secs(180))).await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     assert!(stdout.contains("resuming the interrupted rebuild of generation 2"), "{stdout}");
