@@ -195,3 +195,31 @@ async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes(
     assert_eq!(digest(&building).await, scratch_digest(&topics, total as u64).await);
     live.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_whose_generation_lost_its_data_starts_over_and_says_so() {
+    let topics = Topics::create().await;
+    let messages = fixture::completed_study("org", "s1", "2026-03-01T00:00:00Z").messages;
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let (prefix, group) = (unique("rb"), unique("g"));
+    let live = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    eventually(Duration::from_secs(60), "the live build", || async { (live.consumed() >= 3).then_some(()) }).await;
+    // An interrupted rebuild of generation 5 whose keys are gone, as after a Redis restart without them.
+    let state = [("generation", "5"), ("group", "lost-group"), ("phase", "building")];
+    let _: () = redis().await.hset_multiple(Keyspace::rebuild(&prefix), &state).await.unwrap();
+    let _: () = redis().await.set(Keyspace::generation_counter(&prefix), 5).await.unwrap();
+
+    let rebuild = ["rebuild", "--grace-secs", "0", "--handover-lag", "0", "--lock-wait-secs", "0"];
+    let command = projector::command(&topics, &prefix, &group, &rebuild);
+    let output =
+        tokio::task::spawn_blocking(move || projector::output_within(command, Duration::from_secs(120))).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert!(stdout.contains("starting over: the interrupted rebuild's generation 5 lost its data"), "{stdout}");
+    assert!(stdout.contains("switched to generation 6"), "{stdout}");
+    assert_eq!(active(&prefix).await, Some(6));
+    let keys = Keyspace::new(prefix, 6);
+    let studies: Vec<String> = redis().await.zrange(keys.studies("org"), 0, -1).await.unwrap();
+    assert_eq!(studies, ["s1"]);
+    live.stop().await;
+}
