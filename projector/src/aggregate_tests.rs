@@ -196,3 +196,12 @@ fn stored_state_round_trips() {
     let json = serde_json::to_string(&outcome.state).unwrap();
     assert_eq!(State::decode(Topic::Interview, &json).unwrap(), outcome.state);
 }
+
+#[test]
+fn an_interviews_study_never_changes() {
+    let mut events = completed_interview();
+    events.push(interview("interview.started", 8, json!({"studyId": "other-study"})));
+    let (outcome, _) = run(Topic::Interview, &events);
+    let doc: InterviewDocument = serde_json::from_str(outcome.document.as_deref().unwrap()).unwrap();
+    assert_eq!(doc.study_id.as_deref(), Some("s1"));
+}
