@@ -6,7 +6,7 @@ use crate::config::Config;
 use crate::pipeline::connect_redis;
 use crate::{digest, status, store, Error};
 
-async fn connect(config: &Config) -> Result<redis::aio::ConnectionManager, Error> {
+async fn connect(config: &Config) -> Result<shared::connection::Connection, Error> {
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     connect_redis(config, &mut stopped).await?.ok_or_else(|| Error::Refused("redis is not reachable".into()))
 }

@@ -4,6 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use shared::connection::{Settings, Target};
 use shared::Topic;
 
 #[derive(Debug, Clone, Parser)]
@@ -33,9 +34,14 @@ pub struct Config {
     #[arg(long, env = "API_KEY_TOPIC", default_value = "api-key-events")]
     pub api_key_topic: String,
 
-    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0.
+    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0; with --redis-cluster, the
+    /// comma-separated URLs of some nodes of the cluster.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
     pub redis_url: String,
+
+    /// The read model is a Redis Cluster, reached through the nodes in REDIS_URL.
+    #[arg(long, env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub redis_cluster: bool,
 
     /// Prefix of every read-model key (no braces); lets several read models share one Redis.
     #[arg(long, env = "KEY_PREFIX", default_value = "rm")]
@@ -93,6 +99,15 @@ impl Config {
 
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms)
+    }
+
+    /// The Redis server or cluster of the read model.
+    pub fn redis_target(&self) -> Target {
+        Target::new(&self.redis_url, self.redis_cluster)
+    }
+
+    pub fn redis_settings(&self) -> Settings {
+        Settings { timeout: self.redis_timeout(), cluster_retries: 12 }
     }
 
     pub fn stall_after(&self) -> Duration {

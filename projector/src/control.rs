@@ -54,16 +54,15 @@ pub struct Rebuild {
 type RebuildFields = (Option<u64>, Option<String>, Option<String>);
 
 pub async fn rebuild<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<Rebuild> {
-    let ((generation, group, phase), locked): (RebuildFields, bool) = redis::pipe()
-        .cmd("HMGET")
+    // Two commands, not one pipeline: the keys sit in different slots of a cluster.
+    let (generation, group, phase): RebuildFields = redis::cmd("HMGET")
         .arg(Keyspace::rebuild(prefix))
         .arg("generation")
         .arg("group")
         .arg("phase")
-        .cmd("EXISTS")
-        .arg(Keyspace::rebuild_lock(prefix))
         .query_async(conn)
         .await?;
+    let locked: bool = redis::cmd("EXISTS").arg(Keyspace::rebuild_lock(prefix)).query_async(conn).await?;
     Ok(Rebuild { generation, group, phase, locked })
 }
 

@@ -2,9 +2,9 @@
 //! key) over every document, index and state, so two generations built from the same events digest alike
 //! whatever order they were written in. The generation's own `meta` key is left out.
 
-use redis::aio::ConnectionLike;
-use redis::{RedisResult, Value};
+use redis::{Cmd, RedisResult, Value};
 use sha2::{Digest as _, Sha256};
+use shared::connection::Connection;
 use shared::Keyspace;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,48 +19,43 @@ impl std::fmt::Display for Digest {
     }
 }
 
-/// Every key of the generation matching its pattern, in pages of SCAN.
-pub async fn scan<C: ConnectionLike + Send>(conn: &mut C, keys: &Keyspace) -> RedisResult<Vec<String>> {
-    let mut cursor = 0u64;
-    let mut all = Vec::new();
-    loop {
-        let (next, page): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(keys.pattern())
-            .arg("COUNT")
-            .arg(1000)
-            .query_async(conn)
-            .await?;
-        all.extend(page);
-        if next == 0 {
-            return Ok(all);
-        }
-        cursor = next;
-    }
+/// Every key of the generation, by SCAN (over every primary of a cluster).
+pub async fn scan(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Vec<String>> {
+    conn.scan(&keys.pattern()).await
 }
 
-pub async fn digest<C: ConnectionLike + Send>(conn: &mut C, keys: &Keyspace) -> RedisResult<Digest> {
+pub async fn digest(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Digest> {
     let meta = keys.meta();
     let names: Vec<String> = scan(conn, keys).await?.into_iter().filter(|k| *k != meta).collect();
     let strip = keys.pattern().len() - 1;
     let mut acc = [0u8; 32];
     let mut count = 0;
     for chunk in names.chunks(500) {
-        let mut types = redis::pipe();
-        for name in chunk {
-            types.cmd("TYPE").arg(name);
-        }
-        let kinds: Vec<String> = types.query_async(conn).await?;
-        let mut reads = redis::pipe();
-        for (name, kind) in chunk.iter().zip(&kinds) {
-            match kind.as_str() {
-                "hash" => reads.cmd("HGETALL").arg(name),
-                "zset" => reads.cmd("ZRANGE").arg(name).arg(0).arg(-1).arg("WITHSCORES"),
-                _ => reads.cmd("GET").arg(name),
-            };
-        }
-        let values: Vec<Value> = reads.query_async(conn).await?;
+        let types: Vec<(String, Cmd)> = chunk.iter().map(|name| (name.clone(), one("TYPE", name))).collect();
+        let kinds: Vec<String> = conn
+            .query_spread(&types)
+            .await?
+            .into_iter()
+            .map(redis::from_redis_value)
+            .collect::<Result<_, _>>()
+            .map_err(to_redis)?;
+        let reads: Vec<(String, Cmd)> = chunk
+            .iter()
+            .zip(&kinds)
+            .map(|(name, kind)| {
+                let cmd = match kind.as_str() {
+                    "hash" => one("HGETALL", name),
+                    "zset" => {
+                        let mut cmd = one("ZRANGE", name);
+                        cmd.arg(0).arg(-1).arg("WITHSCORES");
+                        cmd
+                    }
+                    _ => one("GET", name),
+                };
+                (name.clone(), cmd)
+            })
+            .collect();
+        let values = conn.query_spread(&reads).await?;
         for ((name, kind), value) in chunk.iter().zip(&kinds).zip(values) {
             if kind == "none" {
                 continue;
@@ -78,6 +73,12 @@ pub async fn digest<C: ConnectionLike + Send>(conn: &mut C, keys: &Keyspace) -> 
         }
     }
     Ok(Digest { keys: count, sha256: hex::encode(acc) })
+}
+
+fn one(name: &str, key: &str) -> Cmd {
+    let mut cmd = redis::cmd(name);
+    cmd.arg(key);
+    cmd
 }
 
 fn field(hasher: &mut Sha256, bytes: &[u8]) {

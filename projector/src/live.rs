@@ -61,7 +61,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
 /// happens. Returns false when shut down meanwhile.
 async fn pause(
     projector: &mut Projector,
-    conn: &mut redis::aio::ConnectionManager,
+    conn: &mut shared::connection::Connection,
     id: &str,
     target: u64,
     stopped: &mut watch::Receiver<bool>,

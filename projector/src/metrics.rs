@@ -38,6 +38,9 @@ pub struct Metrics {
     pub generation: Gauge<i64, AtomicI64>,
     /// Messages a rebuild still has to read before it catches up (0 when none is running).
     pub rebuild_remaining: Gauge<i64, AtomicI64>,
+    /// Messages consumed and not applied yet: the batch in hand, which stays there while Redis is away
+    /// (and while it does, no statistics come in to update the lag gauges).
+    pub in_hand: Gauge<i64, AtomicI64>,
     pub(crate) total_lag: AtomicI64,
 }
 
@@ -74,6 +77,12 @@ impl Default for Metrics {
             "Messages a running rebuild still has to read",
             rebuild_remaining.clone(),
         );
+        let in_hand = Gauge::<i64, AtomicI64>::default();
+        registry.register(
+            "in_hand_messages",
+            "Messages consumed and not applied yet; stays up while a batch waits for Redis",
+            in_hand.clone(),
+        );
         Self {
             registry,
             events,
@@ -85,6 +94,7 @@ impl Default for Metrics {
             heartbeat,
             generation,
             rebuild_remaining,
+            in_hand,
             total_lag: AtomicI64::new(0),
         }
     }
@@ -109,9 +119,9 @@ impl Metrics {
         now() - self.heartbeat.get()
     }
 
-    /// Sum of the lag of every assigned partition, as last measured.
+    /// Sum of the lag of every assigned partition, as last measured, and at least the batch in hand.
     pub fn total_lag(&self) -> i64 {
-        self.total_lag.load(std::sync::atomic::Ordering::Relaxed)
+        self.total_lag.load(std::sync::atomic::Ordering::Relaxed).max(self.in_hand.get())
     }
 
     /// The Prometheus text exposition.

@@ -12,7 +12,7 @@ use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::producer::FutureProducer;
 use rdkafka::{Offset, TopicPartitionList};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use shared::connection::Connection;
 use shared::{decode, Decoded, Event, Keyspace, Topic};
 use tokio::sync::watch;
 
@@ -38,7 +38,7 @@ pub struct Projector {
     pub(crate) config: Config,
     pub(crate) stats: Arc<Stats>,
     pub(crate) metrics: Arc<Metrics>,
-    pub(crate) store: Store<ConnectionManager>,
+    pub(crate) store: Store,
     pub(crate) consumer: kafka::LiveConsumer,
     producer: FutureProducer,
     /// One past the last message applied, per partition: what a synchronous commit re-commits.
@@ -46,18 +46,11 @@ pub struct Projector {
 }
 
 /// Connects to Redis, waiting for it with backoff. `None` when shut down meanwhile.
-pub async fn connect_redis(
-    config: &Config,
-    stopped: &mut watch::Receiver<bool>,
-) -> Result<Option<ConnectionManager>, Error> {
-    let client = redis::Client::open(config.redis_url.as_str())?;
-    let redis_config = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(config.redis_timeout()))
-        .set_connection_timeout(Some(config.redis_timeout()))
-        .set_max_delay(Duration::from_secs(5));
+pub async fn connect_redis(config: &Config, stopped: &mut watch::Receiver<bool>) -> Result<Option<Connection>, Error> {
+    let (target, settings) = (config.redis_target(), config.redis_settings());
     let mut backoff = Backoff::new();
     loop {
-        match ConnectionManager::new_with_config(client.clone(), redis_config.clone()).await {
+        match Connection::connect(&target, settings).await {
             Ok(conn) => return Ok(Some(conn)),
             Err(e) => {
                 tracing::warn!(error = %e, "redis is not reachable yet");
@@ -246,6 +239,7 @@ impl Projector {
         let groups = group(&events);
         let mut backoff = Backoff::new();
         let started = Instant::now();
+        self.metrics.in_hand.set(batch.len() as i64);
         let applied = loop {
             match self.store.apply(&groups).await {
                 Ok(applied) => break applied,
@@ -258,6 +252,7 @@ impl Projector {
                 }
             }
         };
+        self.metrics.in_hand.set(0);
         self.metrics.apply_seconds.observe(started.elapsed().as_secs_f64());
         self.metrics.batch_size.observe(batch.len() as f64);
         for ((topic, kind, verdict), n) in &applied.by_kind {

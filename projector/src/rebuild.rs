@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
+use shared::connection::Connection;
 use shared::{Keyspace, Topic};
 use tokio::sync::watch;
 
@@ -82,7 +82,7 @@ pub async fn run(config: Config, options: Options, mut stopped: watch::Receiver<
     Ok(Some(generation))
 }
 
-async fn renew(mut conn: ConnectionManager, lock: String, token: String) {
+async fn renew(mut conn: Connection, lock: String, token: String) {
     loop {
         tokio::time::sleep(Duration::from_millis(LOCK_TTL_MS / 4)).await;
         let renewed: redis::RedisResult<i64> =
@@ -97,7 +97,7 @@ async fn renew(mut conn: ConnectionManager, lock: String, token: String) {
 async fn rebuild(
     config: &Config,
     options: &Options,
-    conn: &mut ConnectionManager,
+    conn: &mut Connection,
     stopped: &mut watch::Receiver<bool>,
 ) -> Result<Option<(u64, u64)>, Error> {
     let prefix = &config.key_prefix;
@@ -182,7 +182,7 @@ async fn step(projector: &mut Projector, stopped: &mut watch::Receiver<bool>) ->
 async fn handover(
     config: &Config,
     options: &Options,
-    conn: &mut ConnectionManager,
+    conn: &mut Connection,
     projector: &mut Projector,
     generation: u64,
     stopped: &mut watch::Receiver<bool>,
@@ -230,10 +230,19 @@ async fn handover(
 }
 
 /// Deletes every key of a generation with UNLINK, a batch at a time, so Redis never blocks on it.
-pub async fn delete_generation(conn: &mut ConnectionManager, keys: &Keyspace) -> Result<usize, Error> {
+pub async fn delete_generation(conn: &mut Connection, keys: &Keyspace) -> Result<usize, Error> {
     let names = digest::scan(conn, keys).await?;
     for chunk in names.chunks(500) {
-        let _: () = redis::cmd("UNLINK").arg(chunk).query_async(conn).await?;
+        // One UNLINK per key: keys of different organizations may sit in different slots.
+        let unlinks: Vec<(String, redis::Cmd)> = chunk
+            .iter()
+            .map(|name| {
+                let mut cmd = redis::cmd("UNLINK");
+                cmd.arg(name);
+                (name.clone(), cmd)
+            })
+            .collect();
+        conn.query_spread(&unlinks).await?;
     }
     Ok(names.len())
 }

@@ -3,13 +3,13 @@
 
 use std::fmt::Write;
 
-use redis::aio::ConnectionManager;
+use shared::connection::Connection;
 use shared::{Keyspace, Topic};
 
 use crate::config::{dead_letter_topic, Config};
 use crate::{control, kafka, metrics, Error};
 
-pub async fn report(config: &Config, conn: &mut ConnectionManager) -> Result<String, Error> {
+pub async fn report(config: &Config, conn: &mut Connection) -> Result<String, Error> {
     let prefix = &config.key_prefix;
     let mut out = String::new();
     let active: Option<u64> = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await?;

@@ -9,7 +9,8 @@
 use std::collections::HashMap;
 
 use redis::aio::ConnectionLike;
-use redis::{Pipeline, Script, Value};
+use redis::{Cmd, Script, Value};
+use shared::connection::Connection;
 use shared::{Event, Keyspace, Topic};
 
 use crate::aggregate::{fold_with_verdicts, IndexChange, Outcome, State, Tally, TranscriptChange, Verdict};
@@ -58,8 +59,8 @@ impl Applied {
 
 const WRITE: &str = include_str!("write.lua");
 
-pub struct Store<C> {
-    conn: C,
+pub struct Store {
+    conn: Connection,
     keys: Keyspace,
     write: Script,
 }
@@ -71,8 +72,8 @@ struct Pending<'a> {
     loaded: Option<(u64, State)>,
 }
 
-impl<C: ConnectionLike + Send> Store<C> {
-    pub fn new(conn: C, keys: Keyspace) -> Self {
+impl Store {
+    pub fn new(conn: Connection, keys: Keyspace) -> Self {
         Self { conn, keys, write: Script::new(WRITE) }
     }
 
@@ -85,10 +86,7 @@ impl<C: ConnectionLike + Send> Store<C> {
     }
 
     /// The connection, for the few reads and writes outside the apply path.
-    pub fn conn(&self) -> C
-    where
-        C: Clone,
-    {
+    pub fn conn(&self) -> Connection {
         self.conn.clone()
     }
 
@@ -121,13 +119,16 @@ impl<C: ConnectionLike + Send> Store<C> {
         groups: &'a [Group<'a>],
         applied: &mut Applied,
     ) -> Result<Vec<Pending<'a>>, StoreError> {
-        let mut pipe = redis::pipe();
+        let mut commands = Vec::with_capacity(groups.len() * 2);
         for group in groups {
             let first = &group.events[0].envelope.organization_id;
-            pipe.cmd("SET").arg(self.keys.owner(group.topic, group.aggregate_id)).arg(first).arg("NX").arg("GET");
-            pipe.cmd("HMGET").arg(self.state_key(group, first)).arg("seq").arg("state");
+            let owner = self.keys.owner(group.topic, group.aggregate_id);
+            let mut set = redis::cmd("SET");
+            set.arg(&owner).arg(first).arg("NX").arg("GET");
+            commands.push((owner, set));
+            commands.push(hmget_state(self.state_key(group, first)));
         }
-        let replies: Vec<Value> = self.query(&pipe).await?;
+        let replies = self.query(&commands).await?;
         let mut pending = Vec::with_capacity(groups.len());
         for (group, pair) in groups.iter().zip(replies.chunks(2)) {
             let first = group.events[0].envelope.organization_id.as_str();
@@ -162,15 +163,13 @@ impl<C: ConnectionLike + Send> Store<C> {
     }
 
     async fn load_missing(&mut self, pending: &mut [Pending<'_>]) -> Result<(), StoreError> {
-        let mut pipe = redis::pipe();
         let missing: Vec<usize> = (0..pending.len()).filter(|&i| pending[i].loaded.is_none()).collect();
         if missing.is_empty() {
             return Ok(());
         }
-        for &i in &missing {
-            pipe.cmd("HMGET").arg(self.state_key(pending[i].group, pending[i].org)).arg("seq").arg("state");
-        }
-        let replies: Vec<Value> = self.query(&pipe).await?;
+        let commands: Vec<(String, Cmd)> =
+            missing.iter().map(|&i| hmget_state(self.state_key(pending[i].group, pending[i].org))).collect();
+        let replies = self.query(&commands).await?;
         for (&i, reply) in missing.iter().zip(&replies) {
             pending[i].loaded = Some(self.decode_state(pending[i].group, pending[i].org, reply)?);
         }
@@ -183,7 +182,7 @@ impl<C: ConnectionLike + Send> Store<C> {
         pending: Vec<Pending<'a>>,
         applied: &mut Applied,
     ) -> Result<Vec<Pending<'a>>, StoreError> {
-        let mut pipe = redis::pipe();
+        let mut commands = Vec::new();
         let mut written = Vec::new();
         for p in pending {
             let (sequence, state) = p.loaded.clone().expect("loaded before writing");
@@ -193,15 +192,16 @@ impl<C: ConnectionLike + Send> Store<C> {
                 applied.count(p.group.topic, &p.events, |_| "duplicate");
                 continue;
             }
-            pipe.invoke_script(&self.invocation(&p, sequence, &outcome));
+            commands.push(self.invocation(&p, sequence, &outcome));
             written.push((p, tally, verdicts));
         }
         if written.is_empty() {
             return Ok(Vec::new());
         }
-        let replies: Vec<i64> = self.query(&pipe).await?;
+        let replies = self.query(&commands).await?;
         let mut conflicts = Vec::new();
         for ((mut p, tally, verdicts), reply) in written.into_iter().zip(replies) {
+            let reply: i64 = redis::from_redis_value(reply)?;
             if reply < 0 {
                 applied.count(p.group.topic, &p.events, |i| verdicts[i]);
                 applied.tally.applied += tally.applied;
@@ -220,7 +220,8 @@ impl<C: ConnectionLike + Send> Store<C> {
         Ok(conflicts)
     }
 
-    fn invocation<'s>(&'s self, p: &Pending<'_>, expected: u64, outcome: &Outcome) -> redis::ScriptInvocation<'s> {
+    /// The write script's call for one aggregate, with the key that routes it (its organization's slot).
+    fn invocation(&self, p: &Pending<'_>, expected: u64, outcome: &Outcome) -> (String, Cmd) {
         let (topic, id, org) = (p.group.topic, p.group.aggregate_id, p.org);
         let state_key = self.state_key(p.group, org);
         let index_key = match (&outcome.state, &outcome.index) {
@@ -253,11 +254,14 @@ impl<C: ConnectionLike + Send> Store<C> {
             TranscriptChange::Delete => ("delete", ""),
         };
         let state = serde_json::to_string(&outcome.state).expect("state always serializes");
-        let mut invocation = self.write.key(state_key);
+        let mut invocation = redis::cmd("EVALSHA");
         invocation
-            .key(index_key)
-            .key(documents_key)
-            .key(transcripts_key)
+            .arg(self.write.get_hash())
+            .arg(4)
+            .arg(&state_key)
+            .arg(index_key)
+            .arg(documents_key)
+            .arg(transcripts_key)
             .arg(expected)
             .arg(outcome.sequence)
             .arg(state)
@@ -269,7 +273,7 @@ impl<C: ConnectionLike + Send> Store<C> {
             .arg(transcript_op)
             .arg(cues)
             .arg(transcript::HEADER);
-        invocation
+        (state_key, invocation)
     }
 
     fn state_key(&self, group: &Group<'_>, org: &str) -> String {
@@ -286,16 +290,25 @@ impl<C: ConnectionLike + Send> Store<C> {
         Ok((seq.unwrap_or(0), state))
     }
 
-    /// Runs a pipeline, loading the write script first if Redis lost it (after a restart or a failover).
-    async fn query<T: redis::FromRedisValue>(&mut self, pipe: &Pipeline) -> Result<T, StoreError> {
-        match pipe.query_async(&mut self.conn).await {
+    /// Runs a batch of commands, loading the write script first if Redis lost it (after a restart, a
+    /// failover, or a slot moving to a node that never ran it). Running a batch again is harmless: every
+    /// write checks the sequence it started from.
+    async fn query(&mut self, commands: &[(String, Cmd)]) -> Result<Vec<Value>, StoreError> {
+        match self.conn.query_spread(commands).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.write.prepare_invoke().load_async(&mut self.conn).await?;
-                Ok(pipe.query_async(&mut self.conn).await?)
+                Ok(self.conn.query_spread(commands).await?)
             }
             other => Ok(other?),
         }
     }
+}
+
+/// Reads an aggregate's stored sequence and state.
+fn hmget_state(key: String) -> (String, Cmd) {
+    let mut cmd = redis::cmd("HMGET");
+    cmd.arg(&key).arg("seq").arg("state");
+    (key, cmd)
 }
 
 fn warn_refused(group: &Group<'_>, owner: &str, count: usize) {

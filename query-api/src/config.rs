@@ -12,9 +12,14 @@ pub struct Config {
     #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
     pub listen_addr: SocketAddr,
 
-    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0.
+    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0; with --redis-cluster, the
+    /// comma-separated URLs of some nodes of the cluster.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
     pub redis_url: String,
+
+    /// The read model is a Redis Cluster, reached through the nodes in REDIS_URL.
+    #[arg(long, env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub redis_cluster: bool,
 
     /// Prefix of every read-model key; the same as the projector's.
     #[arg(long, env = "KEY_PREFIX", default_value = "rm")]

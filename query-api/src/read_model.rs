@@ -3,8 +3,8 @@
 
 use std::sync::LazyLock;
 
-use redis::aio::ConnectionManager;
 use redis::{RedisResult, Script};
+use shared::connection::Connection;
 use shared::Keyspace;
 
 use crate::pagination::Pagination;
@@ -48,11 +48,11 @@ static ONE_INTERVIEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE
 
 #[derive(Clone)]
 pub struct ReadModel {
-    conn: ConnectionManager,
+    conn: Connection,
 }
 
 impl ReadModel {
-    pub fn new(conn: ConnectionManager) -> Self {
+    pub fn new(conn: Connection) -> Self {
         Self { conn }
     }
 

@@ -3,6 +3,8 @@
 //! Keeping the event contract, the stored documents and every Redis key name in one thin crate means the
 //! two binaries cannot disagree about what is on the bus or where a document lives.
 
+#[cfg(feature = "connection")]
+pub mod connection;
 pub mod documents;
 pub mod events;
 pub mod keys;

@@ -4,36 +4,39 @@
 
 use std::collections::BTreeMap;
 
-use redis::AsyncCommands;
+use redis::Cmd;
 use sha2::Digest;
+use shared::connection::Connection;
 use shared::Keyspace;
 
-pub async fn dump(conn: &mut redis::aio::MultiplexedConnection, keys: &Keyspace) -> BTreeMap<String, String> {
+pub async fn dump(conn: &mut Connection, keys: &Keyspace) -> BTreeMap<String, String> {
     let pattern = keys.pattern();
     let strip = pattern.len() - 1;
-    let mut names: Vec<String> = Vec::new();
-    let mut iter: redis::AsyncIter<String> = conn.scan_match(&pattern).await.expect("scan");
-    while let Some(name) = iter.next_item().await {
-        names.push(name.expect("key name"));
-    }
-    drop(iter);
+    let names = conn.scan(&pattern).await.expect("scan");
     let mut out = BTreeMap::new();
     for chunk in names.chunks(1000) {
-        let mut types = redis::pipe();
-        for name in chunk {
-            types.cmd("TYPE").arg(name);
-        }
-        let kinds: Vec<String> = types.query_async(conn).await.expect("types");
-        let mut reads = redis::pipe();
-        for (name, kind) in chunk.iter().zip(&kinds) {
-            match kind.as_str() {
-                "string" => reads.cmd("GET").arg(name),
-                "hash" => reads.cmd("HGETALL").arg(name),
-                "zset" => reads.cmd("ZRANGE").arg(name).arg(0).arg(-1).arg("WITHSCORES"),
-                other => reads.cmd("TYPE").arg(name).arg(other),
-            };
-        }
-        let values: Vec<redis::Value> = reads.query_async(conn).await.expect("reads");
+        let types: Vec<(String, Cmd)> = chunk.iter().map(|name| (name.clone(), command(&["TYPE", name]))).collect();
+        let kinds: Vec<String> = conn
+            .query_spread(&types)
+            .await
+            .expect("types")
+            .into_iter()
+            .map(|kind| redis::from_redis_value(kind).expect("type name"))
+            .collect();
+        let reads: Vec<(String, Cmd)> = chunk
+            .iter()
+            .zip(&kinds)
+            .map(|(name, kind)| {
+                let cmd = match kind.as_str() {
+                    "string" => command(&["GET", name]),
+                    "hash" => command(&["HGETALL", name]),
+                    "zset" => command(&["ZRANGE", name, "0", "-1", "WITHSCORES"]),
+                    _ => command(&["TYPE", name]),
+                };
+                (name.clone(), cmd)
+            })
+            .collect();
+        let values = conn.query_spread(&reads).await.expect("reads");
         for ((name, kind), value) in chunk.iter().zip(&kinds).zip(values) {
             let rendered = match kind.as_str() {
                 "string" => redis::from_redis_value::<String>(value).expect("string"),
@@ -46,6 +49,14 @@ pub async fn dump(conn: &mut redis::aio::MultiplexedConnection, keys: &Keyspace)
         }
     }
     out
+}
+
+fn command(parts: &[&str]) -> Cmd {
+    let mut cmd = redis::cmd(parts[0]);
+    for part in &parts[1..] {
+        cmd.arg(*part);
+    }
+    cmd
 }
 
 /// A SHA-256 over the canonical dump.

@@ -2,7 +2,8 @@
 //! event builders, a canonical dump of a read-model generation, and polling with a deadline.
 //!
 //! The servers come from `scripts/stack up`; its `.stack/env` sets `KAFKA_BROKERS`, `REDIS_URL` and the
-//! S3 variables. Each test creates its own topics and key prefix, so tests run in parallel.
+//! S3 variables. With `REDIS_CLUSTER=true` and `REDIS_URL` listing cluster nodes, the same tests run
+//! against a Redis Cluster. Each test creates its own topics and key prefix, so tests run in parallel.
 
 pub mod api;
 pub mod dump;
@@ -18,6 +19,7 @@ pub mod scenario;
 use std::future::Future;
 use std::time::Duration;
 
+use shared::connection::{Connection, Settings, Target};
 use tokio::time::Instant;
 
 /// An environment variable the stack sets, with a message that says how to get it.
@@ -50,8 +52,14 @@ where
     }
 }
 
-/// A Redis connection to the stack's Redis.
-pub async fn redis() -> redis::aio::MultiplexedConnection {
-    let client = redis::Client::open(env("REDIS_URL")).expect("valid REDIS_URL");
-    client.get_multiplexed_async_connection().await.expect("redis is reachable")
+/// Whether the tests run against a Redis Cluster (`REDIS_CLUSTER=true`, with `REDIS_URL` listing nodes).
+pub fn redis_cluster() -> bool {
+    std::env::var("REDIS_CLUSTER").is_ok_and(|v| v == "true")
+}
+
+/// A connection to the read model's Redis: the stack's single server, or its cluster.
+pub async fn redis() -> Connection {
+    let target = Target::new(&env("REDIS_URL"), redis_cluster());
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
+    Connection::connect(&target, settings).await.expect("redis is reachable")
 }

@@ -8,7 +8,7 @@ use shared::{Keyspace, Topic};
 use crate::scenario::{Expected, Scenario};
 
 pub async fn read(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut shared::connection::Connection,
     keys: &Keyspace,
     scenario: &Scenario,
     org: &str,

@@ -62,11 +62,7 @@ async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() 
 
 /// Whether every aggregate's stored sequence is the last one the scenario published for it: one pipelined
 /// read, cheap enough to poll, unlike a full dump.
-async fn applied_everything(
-    conn: &mut redis::aio::MultiplexedConnection,
-    keys: &Keyspace,
-    scenario: &Scenario,
-) -> bool {
+async fn applied_everything(conn: &mut shared::connection::Connection, keys: &Keyspace, scenario: &Scenario) -> bool {
     let mut last: HashMap<String, u64> = HashMap::new();
     for message in &scenario.messages {
         let value: Value = serde_json::from_slice(&message.value).unwrap();
@@ -76,12 +72,16 @@ async fn applied_everything(
         let entry = last.entry(key).or_default();
         *entry = (*entry).max(seq);
     }
-    let mut pipe = redis::pipe();
-    for key in last.keys() {
-        pipe.cmd("HGET").arg(key).arg("seq");
-    }
-    let stored: Vec<Option<u64>> = pipe.query_async(conn).await.unwrap();
-    last.values().zip(stored).all(|(want, got)| got == Some(*want))
+    let reads: Vec<(String, redis::Cmd)> = last
+        .keys()
+        .map(|key| {
+            let mut cmd = redis::cmd("HGET");
+            cmd.arg(key).arg("seq");
+            (key.clone(), cmd)
+        })
+        .collect();
+    let stored = conn.query_spread(&reads).await.unwrap();
+    last.values().zip(stored).all(|(want, got)| redis::from_redis_value::<Option<u64>>(got).unwrap() == Some(*want))
 }
 
 /// SIGTERM, then the projector must finish its batch, commit and exit cleanly.

@@ -8,6 +8,7 @@ use end_to_end::kafka::{self, Topics};
 use end_to_end::own_redis::OwnRedis;
 use end_to_end::scenario::Scenario;
 use end_to_end::{eventually, projector, read_model, unique};
+use shared::connection::{Connection, Settings, Target};
 use shared::Keyspace;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,6 +23,7 @@ async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_event
     let prefix = unique("rm");
     let mut config = projector::config(&topics, &prefix, &unique("g"));
     config.redis_url = redis.url();
+    config.redis_cluster = false;
     config.redis_timeout_ms = 500;
     let running = eventually(Duration::from_secs(10), "the projector to connect", || {
         let config = config.clone();
@@ -47,8 +49,8 @@ async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_event
     })
     .await;
 
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 0 };
+    let mut conn = Connection::connect(&Target::Single(redis.url()), settings).await.unwrap();
     let keys = Keyspace::new(prefix, 1);
     for org in scenario.organizations() {
         assert_eq!(read_model::read(&mut conn, &keys, &scenario, &org).await, scenario.expected(&org), "{org}");

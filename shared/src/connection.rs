@@ -1,0 +1,252 @@
+//! One Redis connection for the two deployments the service supports: a single server, and a Redis
+//! Cluster reached through some of its nodes. Every script and every pipeline of the service declares its
+//! keys and stays in one hash slot, so both binaries run the same code on either. The two things that
+//! differ live here: a batch of independent commands that may span slots ([`Connection::query_spread`]),
+//! and a SCAN that must visit every primary ([`Connection::scan`]).
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use futures::future::try_join_all;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
+
+use crate::keys::hash_tag;
+
+/// Where the read model lives: one server, or a cluster given by seed nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// `urls` is one Redis URL, or with `cluster` a comma-separated list of some nodes of the cluster.
+    pub fn new(urls: &str, cluster: bool) -> Self {
+        if cluster {
+            Target::Cluster(urls.split(',').map(str::trim).filter(|u| !u.is_empty()).map(String::from).collect())
+        } else {
+            Target::Single(urls.trim().to_string())
+        }
+    }
+}
+
+/// Timeouts and retries of a connection.
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Bound of one call (and of connecting).
+    pub timeout: Duration,
+    /// Retries of a call on a cluster, after a redirection, a slot migration or a lost node.
+    pub cluster_retries: u32,
+}
+
+/// A cheap-to-clone connection; clones share the underlying multiplexed connections.
+#[derive(Clone)]
+pub enum Connection {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    pub async fn connect(target: &Target, settings: Settings) -> RedisResult<Self> {
+        match target {
+            Target::Single(url) => {
+                let client = redis::Client::open(url.as_str())?;
+                let config = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(settings.timeout))
+                    .set_connection_timeout(Some(settings.timeout))
+                    .set_number_of_retries(1)
+                    .set_max_delay(Duration::from_secs(2));
+                Ok(Connection::Single(ConnectionManager::new_with_config(client, config).await?))
+            }
+            Target::Cluster(seeds) => {
+                let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                    .connection_timeout(settings.timeout)
+                    .response_timeout(settings.timeout)
+                    .retries(settings.cluster_retries)
+                    // Waits of 10 ms doubling up to 0.5 s: a MOVED or TRYAGAIN during a resharding is
+                    // over in milliseconds, and callers of the API should not wait seconds for it.
+                    .min_retry_wait(10)
+                    .max_retry_wait(500)
+                    .retry_wait_formula(10, 2)
+                    .build()?;
+                Ok(Connection::Cluster(client.get_async_connection().await?))
+            }
+        }
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self, Connection::Cluster(_))
+    }
+
+    /// Runs independent commands that may touch different slots, and returns their replies in order. On
+    /// one server that is one pipeline; on a cluster, one pipeline per hash tag (the slot of the command's
+    /// first key), all sent at once. Each command is atomic on its own; the batch as a whole is not.
+    pub async fn query_spread(&mut self, commands: &[(String, Cmd)]) -> RedisResult<Vec<Value>> {
+        if commands.is_empty() {
+            return Ok(Vec::new());
+        }
+        if let Connection::Single(conn) = self {
+            let mut pipe = redis::pipe();
+            for (_, cmd) in commands {
+                pipe.add_command(cmd.clone());
+            }
+            return pipe.query_async(conn).await;
+        }
+        let mut groups: HashMap<&str, (Pipeline, Vec<usize>)> = HashMap::new();
+        for (i, (key, cmd)) in commands.iter().enumerate() {
+            let (pipe, positions) = groups.entry(hash_tag(key)).or_insert_with(|| (redis::pipe(), Vec::new()));
+            pipe.add_command(cmd.clone());
+            positions.push(i);
+        }
+        let replies = try_join_all(groups.into_values().map(|(pipe, positions)| {
+            let mut conn = self.clone();
+            async move {
+                let values: Vec<Value> = pipe.query_async(&mut conn).await?;
+                RedisResult::Ok(positions.into_iter().zip(values))
+            }
+        }))
+        .await?;
+        let mut ordered = vec![Value::Nil; commands.len()];
+        for (i, value) in replies.into_iter().flatten() {
+            ordered[i] = value;
+        }
+        Ok(ordered)
+    }
+
+    /// Every key matching `pattern`, by SCAN over every primary of a cluster (or over the one server).
+    pub async fn scan(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
+        match self {
+            Connection::Single(conn) => scan_node(conn, pattern).await,
+            Connection::Cluster(conn) => {
+                let mut all = Vec::new();
+                for (host, port) in primaries(conn).await? {
+                    all.extend(scan_cluster_node(conn, pattern, &host, port).await?);
+                }
+                Ok(all)
+            }
+        }
+    }
+}
+
+/// The address of every primary that serves slots.
+async fn primaries(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+    let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;
+    Ok(parse_primaries(&nodes))
+}
+
+/// Primaries with at least one slot, from the text of `CLUSTER NODES`.
+fn parse_primaries(nodes: &str) -> Vec<(String, u16)> {
+    let mut found = Vec::new();
+    for line in nodes.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields.len() < 9 || !fields[2].split(',').any(|f| f == "master") || fields[2].contains("fail") {
+            continue;
+        }
+        // `host:port@cport[,hostname]`
+        let address = fields[1].split(['@', ',']).next().unwrap_or_default();
+        if let Some((host, port)) = address.rsplit_once(':') {
+            if let Ok(port) = port.parse() {
+                found.push((host.to_string(), port));
+            }
+        }
+    }
+    found
+}
+
+fn scan_page(cursor: u64, pattern: &str) -> Cmd {
+    let mut cmd = redis::cmd("SCAN");
+    cmd.arg(cursor).arg("MATCH").arg(pattern).arg("COUNT").arg(1000);
+    cmd
+}
+
+async fn scan_node(conn: &mut ConnectionManager, pattern: &str) -> RedisResult<Vec<String>> {
+    let (mut cursor, mut all) = (0u64, Vec::new());
+    loop {
+        let (next, page): (u64, Vec<String>) = scan_page(cursor, pattern).query_async(conn).await?;
+        all.extend(page);
+        if next == 0 {
+            return Ok(all);
+        }
+        cursor = next;
+    }
+}
+
+async fn scan_cluster_node(
+    conn: &mut ClusterConnection,
+    pattern: &str,
+    host: &str,
+    port: u16,
+) -> RedisResult<Vec<String>> {
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.to_string(), port });
+    let (mut cursor, mut all) = (0u64, Vec::new());
+    loop {
+        let reply = conn.route_command(scan_page(cursor, pattern), routing.clone()).await?;
+        let (next, page): (u64, Vec<String>) = redis::from_redis_value(reply).map_err(parsing)?;
+        all.extend(page);
+        if next == 0 {
+            return Ok(all);
+        }
+        cursor = next;
+    }
+}
+
+fn parsing(e: redis::ParsingError) -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::other(e.to_string()))
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(c) => c.req_packed_command(cmd),
+            Connection::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(c) => c.get_db(),
+            Connection::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_target_is_every_non_empty_seed() {
+        assert_eq!(
+            Target::new("redis://a:1, redis://b:2,", true),
+            Target::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
+        );
+        assert_eq!(Target::new(" redis://a:1 ", false), Target::Single("redis://a:1".into()));
+    }
+
+    #[test]
+    fn primaries_are_the_masters_that_are_not_failing() {
+        let nodes = "\
+a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
+b2 127.0.0.1:7002@17002,host-b master - 0 0 2 connected 5461-10922
+c3 127.0.0.1:7003@17003 slave b2 0 0 2 connected
+d4 127.0.0.1:7004@17004 master,fail - 0 0 3 connected 10923-16383
+";
+        assert_eq!(parse_primaries(nodes), vec![("127.0.0.1".into(), 7001), ("127.0.0.1".into(), 7002)]);
+    }
+}
