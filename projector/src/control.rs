@@ -31,6 +31,9 @@ pub struct Instance {
     pub heartbeat: f64,
     /// Unix time of the last batch applied.
     pub last_progress: f64,
+    /// How many partitions the consumer group has assigned to this instance.
+    #[serde(default)]
+    pub partitions: usize,
 }
 
 /// What a live projector reads.

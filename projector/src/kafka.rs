@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::consumer::ConsumerContext;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::consumer::{ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::{Header, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::{FutureProducer, FutureRecord};
@@ -55,7 +55,15 @@ impl ClientContext for Context {
     }
 }
 
-impl ConsumerContext for Context {}
+impl ConsumerContext for Context {
+    fn post_rebalance(&self, _consumer: &rdkafka::consumer::BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(list) => tracing::info!(partitions = list.count(), "partitions assigned by the group"),
+            Rebalance::Revoke(list) => tracing::info!(partitions = list.count(), "partitions revoked by the group"),
+            Rebalance::Error(e) => tracing::warn!(error = %e, "consumer group rebalance failed"),
+        }
+    }
+}
 
 pub type LiveConsumer = StreamConsumer<Context>;
 
@@ -72,8 +80,8 @@ pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsu
         .set("heartbeat.interval.ms", "1000")
         .set("statistics.interval.ms", "1000")
         .create_with_context(context)?;
-    let topics: Vec<&str> = shared::Topic::ALL.iter().map(|t| config.topic_name(*t)).collect();
-    consumer.subscribe(&topics)?;
+    // No subscription: the instances share the partitions themselves (see `crate::assignment`) and
+    // assign them with `assign`; the group id is where offsets are committed.
     Ok(consumer)
 }
 

@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod aggregate;
+pub mod assignment;
 pub mod config;
 pub mod control;
 pub mod digest;

@@ -38,6 +38,20 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
             if let Err(e) = control::report(&mut conn, &prefix, &id, &instance(&projector, false)).await {
                 tracing::warn!(error = %e, "could not report this projector's state");
             }
+            match control::instances(&mut conn, &prefix).await {
+                Ok(live) => {
+                    let group = &projector.config.group_id;
+                    let mut members: Vec<String> =
+                        live.into_iter().filter(|(_, i)| &i.group == group).map(|(id, _)| id).collect();
+                    if !members.contains(&id) {
+                        members.push(id.clone());
+                    }
+                    if let Err(e) = projector.rebalance(&id, &members) {
+                        tracing::warn!(error = %e, "could not take this projector's share of the partitions");
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, "could not read the live projectors"),
+            }
         }
         match projector.step(&mut stopped, CHECK_EVERY).await? {
             Step::Stopped => {
@@ -104,5 +118,6 @@ fn instance(projector: &Projector, paused: bool) -> Instance {
         paused,
         heartbeat: now(),
         last_progress: projector.metrics.heartbeat.get(),
+        partitions: projector.assigned_partitions(),
     }
 }

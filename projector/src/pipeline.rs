@@ -4,7 +4,7 @@
 //! the rest to Redis, and only then commits the batch's offsets. A crash anywhere in between replays the
 //! batch, which changes nothing the second time (each aggregate's `sequence` guards it).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +16,7 @@ use shared::connection::Connection;
 use shared::{decode, Decoded, Event, Keyspace, Topic};
 use tokio::sync::watch;
 
+use crate::assignment::{self, Partition};
 use crate::config::Config;
 use crate::kafka::{self, DeadLetter};
 use crate::metrics::Metrics;
@@ -43,7 +44,14 @@ pub struct Projector {
     producer: FutureProducer,
     /// One past the last message applied, per partition: what a synchronous commit re-commits.
     applied_offsets: HashMap<(String, i32), i64>,
+    /// Every partition of the three topics, and when that list was last read from the broker.
+    partitions: Option<(Instant, Vec<Partition>)>,
+    /// The partitions this instance reads, as last assigned by [`Projector::rebalance`].
+    owned: BTreeSet<Partition>,
 }
+
+/// How long the list of partitions is trusted before it is read again (partitions may be added).
+const PARTITIONS_TTL: Duration = Duration::from_secs(30);
 
 /// Connects to Redis, waiting for it with backoff. `None` when shut down meanwhile.
 pub async fn connect_redis(config: &Config, stopped: &mut watch::Receiver<bool>) -> Result<Option<Connection>, Error> {
@@ -86,6 +94,8 @@ impl Projector {
             metrics,
             config,
             applied_offsets: HashMap::new(),
+            partitions: None,
+            owned: BTreeSet::new(),
         }))
     }
 
@@ -114,6 +124,42 @@ impl Projector {
             }
         }
         self.consumer.assign(&list)?;
+        Ok(())
+    }
+
+    /// Reads the partitions that are this instance's share among the live `members` of its group (see
+    /// [`crate::assignment`]). When the share changes, what was applied is committed first, so that the
+    /// instance taking a partition over starts where this one stopped.
+    pub fn rebalance(&mut self, me: &str, members: &[String]) -> Result<(), Error> {
+        if self.partitions.as_ref().is_none_or(|(read, _)| read.elapsed() >= PARTITIONS_TTL) {
+            let mut all = Vec::new();
+            for topic in Topic::ALL {
+                let name = self.config.topic_name(topic).to_string();
+                for partition in tokio::task::block_in_place(|| kafka::partitions(&self.consumer, &name))? {
+                    all.push((name.clone(), partition));
+                }
+            }
+            self.partitions = Some((Instant::now(), all));
+        }
+        let all = &self.partitions.as_ref().expect("partitions read above").1;
+        let share = assignment::share(me, members, all);
+        if share == self.owned {
+            return Ok(());
+        }
+        self.commit_applied()?;
+        self.applied_offsets.retain(|partition, _| share.contains(partition));
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in &share {
+            list.add_partition_offset(topic, *partition, Offset::Stored)?;
+        }
+        self.consumer.assign(&list)?;
+        tracing::info!(
+            partitions = share.len(),
+            of = all.len(),
+            instances = members.len(),
+            "reading a new share of the partitions"
+        );
+        self.owned = share;
         Ok(())
     }
 
@@ -146,6 +192,11 @@ impl Projector {
         let mode = if *stopped.borrow() { CommitMode::Sync } else { CommitMode::Async };
         kafka::commit(&self.consumer, &offsets, mode);
         Ok(Step::Applied(batch.len()))
+    }
+
+    /// How many partitions this consumer reads now (assigned by its group, or by itself for a rebuild).
+    pub fn assigned_partitions(&self) -> usize {
+        self.consumer.assignment().map(|list| list.count()).unwrap_or(0)
     }
 
     /// One past the last message applied from a partition (0 when none was).

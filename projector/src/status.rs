@@ -32,9 +32,10 @@ pub async fn report(config: &Config, conn: &mut Connection) -> Result<String, Er
         let paused = if i.paused { ", paused" } else { "" };
         let _ = writeln!(
             out,
-            "  {id}: generation {}, group {}{paused}, last progress {:.1}s ago",
+            "  {id}: generation {}, group {}, {} partitions{paused}, last progress {:.1}s ago",
             i.generation,
             i.group,
+            i.partitions,
             now - i.last_progress
         );
     }

@@ -1,0 +1,98 @@
+//! Which partitions each live projector of a group reads.
+//!
+//! The instances share the partitions themselves instead of through the broker's group coordinator: each
+//! one reports itself in Redis every 250 ms ([`crate::control`]), and each one reads the partitions that
+//! rendezvous hashing gives it among the instances that reported within the last few seconds. Every
+//! instance computes the same answer from the same list, so they agree without talking to each other, and
+//! a change of membership moves only the partitions of the instance that came or went. Offsets are still
+//! committed to the Kafka consumer group.
+//!
+//! Why not the group protocol: it depends on the broker's coordinator getting every rebalance right, and
+//! a broker that keeps a dead member as the group's leader leaves that member's partitions unread for
+//! good. Here a dead instance's partitions move to the others once its report is stale.
+//!
+//! Two instances may briefly read the same partition while their views of the membership differ; that
+//! is harmless, as every write checks the aggregate's sequence and an event applied twice changes nothing.
+
+use std::collections::BTreeSet;
+
+use sha2::{Digest, Sha256};
+
+/// A partition of a topic.
+pub type Partition = (String, i32);
+
+/// The partitions `me` reads among `members` (which should include `me`).
+pub fn share(me: &str, members: &[String], partitions: &[Partition]) -> BTreeSet<Partition> {
+    partitions.iter().filter(|partition| owner(members, partition) == Some(me)).cloned().collect()
+}
+
+/// The member with the highest weight for a partition; ties (practically impossible) go to the smaller id.
+fn owner<'m>(members: &'m [String], (topic, partition): &Partition) -> Option<&'m str> {
+    members
+        .iter()
+        .map(|member| (weight(member, topic, *partition), std::cmp::Reverse(member.as_str())))
+        .max()
+        .map(|(_, std::cmp::Reverse(member))| member)
+}
+
+fn weight(member: &str, topic: &str, partition: i32) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for part in [member.as_bytes(), topic.as_bytes(), &partition.to_be_bytes()] {
+        hasher.update((part.len() as u64).to_be_bytes());
+        hasher.update(part);
+    }
+    hasher.finalize().into()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn partitions() -> Vec<Partition> {
+        ["studies", "interviews", "keys"].iter().flat_map(|t| (0..6).map(move |p| (t.to_string(), p))).collect()
+    }
+
+    fn members(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("instance-{i}")).collect()
+    }
+
+    #[test]
+    fn every_partition_has_exactly_one_reader() {
+        for n in 1..=5 {
+            let members = members(n);
+            let mut seen = Vec::new();
+            for me in &members {
+                seen.extend(share(me, &members, &partitions()));
+            }
+            seen.sort();
+            let mut all = partitions();
+            all.sort();
+            assert_eq!(seen, all, "{n} members");
+        }
+    }
+
+    #[test]
+    fn a_lone_instance_reads_everything() {
+        assert_eq!(share("only", &["only".to_string()], &partitions()).len(), partitions().len());
+    }
+
+    #[test]
+    fn an_instance_that_leaves_hands_over_only_its_own_partitions() {
+        let before = members(3);
+        let after: Vec<String> = before[..2].to_vec();
+        for me in &after {
+            let kept = share(me, &before, &partitions());
+            let now = share(me, &after, &partitions());
+            assert!(kept.is_subset(&now), "{me} keeps what it had");
+        }
+    }
+
+    #[test]
+    fn the_split_is_roughly_even() {
+        let members = members(3);
+        for me in &members {
+            let n = share(me, &members, &partitions()).len();
+            assert!((2..=10).contains(&n), "{me} reads {n} of 18");
+        }
+    }
+}
