@@ -1,18 +1,16 @@
 //! Reads what the projector wrote for one organization back into the shape of [`Expected`], through the
 //! shared key layout, so a test compares the two with one assertion.
 
+use std::collections::HashMap;
+
 use redis::AsyncCommands;
 use serde_json::Value;
+use shared::connection::Connection;
 use shared::{Keyspace, Topic};
 
 use crate::scenario::{Expected, Scenario};
 
-pub async fn read(
-    conn: &mut shared::connection::Connection,
-    keys: &Keyspace,
-    scenario: &Scenario,
-    org: &str,
-) -> Expected {
+pub async fn read(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario, org: &str) -> Expected {
     let mut actual = Expected::default();
     let ids: Vec<String> = conn.zrevrange(keys.studies(org), 0, -1).await.expect("studies");
     for id in ids {
@@ -50,4 +48,28 @@ pub async fn read(
 
 fn parse(doc: Option<String>) -> Value {
     doc.map(|d| serde_json::from_str(&d).expect("document is JSON")).unwrap_or(Value::Null)
+}
+
+/// Whether every aggregate's stored sequence is the last one the scenario published for it: one pipelined
+/// read, cheap enough to poll, unlike a full dump.
+pub async fn applied_everything(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario) -> bool {
+    let mut last: HashMap<String, u64> = HashMap::new();
+    for message in &scenario.messages {
+        let value: Value = serde_json::from_slice(&message.value).unwrap();
+        let org = value["organizationId"].as_str().unwrap();
+        let key = keys.aggregate(message.topic, org, &message.key);
+        let seq = value["sequence"].as_u64().unwrap();
+        let entry = last.entry(key).or_default();
+        *entry = (*entry).max(seq);
+    }
+    let reads: Vec<(String, redis::Cmd)> = last
+        .keys()
+        .map(|key| {
+            let mut cmd = redis::cmd("HGET");
+            cmd.arg(key).arg("seq");
+            (key.clone(), cmd)
+        })
+        .collect();
+    let stored = conn.query_spread(&reads).await.unwrap();
+    last.values().zip(stored).all(|(want, got)| redis::from_redis_value::<Option<u64>>(got).unwrap() == Some(*want))
 }

@@ -2,15 +2,13 @@
 //! the read model of an uninterrupted run: offsets are committed only after Redis has the events, and
 //! applying an event twice changes nothing.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use end_to_end::dump::{digest, dump};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::scenario::Scenario;
-use end_to_end::{eventually, projector, redis, unique};
+use end_to_end::{eventually, projector, read_model, redis, unique};
 use redis::AsyncCommands;
-use serde_json::Value;
 use shared::Keyspace;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,37 +49,13 @@ async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() 
     eventually(Duration::from_secs(180), "every aggregate at its last sequence", || {
         let mut conn = conn.clone();
         let (killed, scenario) = (killed.clone(), &scenario);
-        async move { applied_everything(&mut conn, &killed, scenario).await.then_some(()) }
+        async move { read_model::applied_everything(&mut conn, &killed, scenario).await.then_some(()) }
     })
     .await;
     let actual = dump(&mut conn, &killed).await;
     assert_eq!(digest(&actual), digest(&expected));
     assert_eq!(actual, expected);
     terminate(child);
-}
-
-/// Whether every aggregate's stored sequence is the last one the scenario published for it: one pipelined
-/// read, cheap enough to poll, unlike a full dump.
-async fn applied_everything(conn: &mut shared::connection::Connection, keys: &Keyspace, scenario: &Scenario) -> bool {
-    let mut last: HashMap<String, u64> = HashMap::new();
-    for message in &scenario.messages {
-        let value: Value = serde_json::from_slice(&message.value).unwrap();
-        let org = value["organizationId"].as_str().unwrap();
-        let key = keys.aggregate(message.topic, org, &message.key);
-        let seq = value["sequence"].as_u64().unwrap();
-        let entry = last.entry(key).or_default();
-        *entry = (*entry).max(seq);
-    }
-    let reads: Vec<(String, redis::Cmd)> = last
-        .keys()
-        .map(|key| {
-            let mut cmd = redis::cmd("HGET");
-            cmd.arg(key).arg("seq");
-            (key.clone(), cmd)
-        })
-        .collect();
-    let stored = conn.query_spread(&reads).await.unwrap();
-    last.values().zip(stored).all(|(want, got)| redis::from_redis_value::<Option<u64>>(got).unwrap() == Some(*want))
 }
 
 /// SIGTERM, then the projector must finish its batch, commit and exit cleanly.

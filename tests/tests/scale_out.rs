@@ -1,0 +1,223 @@
+//! Several instances of each binary: projectors sharing one consumer group's partitions and taking over
+//! from one that dies, a rebuild switching every live projector at once, and API instances that answer
+//! alike and follow the same key deletions and generation switches.
+
+use std::time::Duration;
+
+use end_to_end::api::{config, spawn_app, World};
+use end_to_end::dump::dump;
+use end_to_end::fixture::{self, key, ACME, ACME_KEY};
+use end_to_end::kafka::{self, Topics, PARTITIONS};
+use end_to_end::scenario::Scenario;
+use end_to_end::{env, eventually, projector, read_model, redis, unique};
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+use shared::connection::Connection;
+use shared::Keyspace;
+
+/// Every partition of the three event topics.
+const ALL_PARTITIONS: usize = 3 * PARTITIONS as usize;
+
+/// The live projectors registered under a prefix, as (instance id, partitions, generation).
+async fn instances(conn: &mut Connection, prefix: &str) -> Vec<(String, usize, u64)> {
+    let live = ::projector::control::instances(conn, prefix).await.expect("instances");
+    let mut all: Vec<_> = live.into_iter().map(|(id, i)| (id, i.partitions, i.generation)).collect();
+    all.sort();
+    all
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_projectors_split_the_partitions_and_the_survivor_of_a_sigkill_ends_identical_to_one_run() {
+    let topics = Topics::create().await;
+    let scenario = Scenario::generate(0x5eed_0061, 4, 20, 8);
+    let total = scenario.messages.len();
+    let (first, second) = scenario.messages.split_at(total / 2);
+    let producer = kafka::producer();
+    kafka::publish(&producer, &topics, first).await;
+    let mut conn = redis().await;
+
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let mut doomed = projector::spawn_process(&topics, &prefix, &group);
+    let survivor = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    let split = eventually(Duration::from_secs(60), "both projectors to hold partitions", || {
+        let (mut conn, prefix) = (conn.clone(), prefix.clone());
+        async move {
+            let all = instances(&mut conn, &prefix).await;
+            let counts: Vec<usize> = all.iter().map(|(_, partitions, _)| *partitions).collect();
+            (counts.len() == 2 && counts.iter().all(|&n| n > 0) && counts.iter().sum::<usize>() == ALL_PARTITIONS)
+                .then_some(counts)
+        }
+    })
+    .await;
+    assert_eq!(split.iter().sum::<usize>(), ALL_PARTITIONS);
+
+    // The second half arrives while both run; one dies by SIGKILL partway through it.
+    let publishing = {
+        let (producer, topics, second) = (producer.clone(), topics.clone(), second.to_vec());
+        tokio::spawn(async move { kafka::publish(&producer, &topics, &second).await })
+    };
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let message = &scenario.messages[total * 5 / 8];
+    let owner = keys.owner(message.topic, &message.key);
+    eventually(Duration::from_secs(120), "progress into the second half", || {
+        let (mut conn, owner) = (conn.clone(), owner.clone());
+        async move { conn.exists::<_, bool>(&owner).await.unwrap().then_some(()) }
+    })
+    .await;
+    doomed.kill().expect("SIGKILL");
+    doomed.wait().expect("killed projector exits");
+    publishing.await.expect("published");
+
+    eventually(Duration::from_secs(60), "the survivor to hold every partition", || {
+        let (mut conn, prefix) = (conn.clone(), prefix.clone());
+        async move {
+            let all = instances(&mut conn, &prefix).await;
+            (all.len() == 1 && all[0].1 == ALL_PARTITIONS).then_some(())
+        }
+    })
+    .await;
+    eventually(Duration::from_secs(120), "every aggregate at its last sequence", || {
+        let (mut conn, keys, scenario) = (conn.clone(), keys.clone(), &scenario);
+        async move { read_model::applied_everything(&mut conn, &keys, scenario).await.then_some(()) }
+    })
+    .await;
+    survivor.stop().await;
+
+    let reference = Keyspace::new(unique("rm"), 1);
+    let single = projector::spawn(projector::config(&topics, reference.prefix(), &unique("g"))).await;
+    eventually(Duration::from_secs(120), "the uninterrupted run", || async {
+        (single.consumed() >= total as u64).then_some(())
+    })
+    .await;
+    single.stop().await;
+    let expected = dump(&mut conn, &reference).await;
+    assert!(expected.len() > 1000, "a large read model: {} keys", expected.len());
+    assert_eq!(dump(&mut conn, &keys).await, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_switches_every_live_projector_of_the_group_once() {
+    let topics = Topics::create().await;
+    let scenario = Scenario::generate(0x5eed_0062, 2, 10, 4);
+    let total = scenario.messages.len() as u64;
+    kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let one = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    let two = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    eventually(Duration::from_secs(120), "the two live projectors to apply everything", || async {
+        (one.consumed() + two.consumed() >= total).then_some(())
+    })
+    .await;
+    let mut conn = redis().await;
+    eventually(Duration::from_secs(60), "two registered projectors", || {
+        let (mut conn, prefix) = (conn.clone(), prefix.clone());
+        async move { (instances(&mut conn, &prefix).await.len() == 2).then_some(()) }
+    })
+    .await;
+
+    let rebuild = ["rebuild", "--grace-secs", "1", "--handover-lag", "0"];
+    let command = projector::command(&topics, &prefix, &group, &rebuild);
+    let output =
+        tokio::task::spawn_blocking(move || projector::output_within(command, Duration::from_secs(180))).await.unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{stdout}");
+    assert_eq!(stdout.matches("switched to generation").count(), 1, "{stdout}");
+    assert!(stdout.contains("switched to generation 2"), "{stdout}");
+    let counter: u64 = conn.get(Keyspace::generation_counter(&prefix)).await.unwrap();
+    assert_eq!(counter, 2, "one new generation for the whole group");
+    eventually(Duration::from_secs(10), "both live projectors on generation 2", || {
+        let (mut conn, prefix) = (conn.clone(), prefix.clone());
+        async move {
+            let all = instances(&mut conn, &prefix).await;
+            (all.len() == 2 && all.iter().all(|(_, _, generation)| *generation == 2)).then_some(())
+        }
+    })
+    .await;
+    one.stop().await;
+    two.stop().await;
+}
+
+/// A body without its presigned links, which differ with the second they were signed in.
+fn unsigned(mut body: Value) -> Value {
+    fn strip(value: &mut Value) {
+        match value {
+            Value::Object(map) => {
+                map.remove("url");
+                map.values_mut().for_each(strip);
+            }
+            Value::Array(items) => items.iter_mut().for_each(strip),
+            _ => {}
+        }
+    }
+    strip(&mut body);
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_api_instances_answer_alike_and_follow_key_deletions_and_generation_switches_within_a_second() {
+    let extra = key(ACME, "extra", "a-second-acme-key-0001");
+    let world = World::start(&[fixture::dataset(), extra.messages.clone()].concat()).await;
+    let other = spawn_app(config(&world.prefix, &env("REDIS_URL"))).await;
+    let apps = [&world.app, &other];
+    let paths = [
+        "/v1/studies",
+        "/v1/studies?page=2&pageSize=1",
+        "/v1/studies/s_b",
+        "/v1/studies/s_b/interviews",
+        "/v1/studies/s_prog/interviews",
+        "/v1/interviews/i4",
+        "/v1/interviews/i3",
+    ];
+    let answers = |key: &'static str| async move {
+        let mut all = Vec::new();
+        for app in apps {
+            let mut answers = Vec::new();
+            for path in paths {
+                let (status, body) = app.json(path, key).await;
+                answers.push((status, unsigned(body)));
+            }
+            all.push(answers);
+        }
+        all
+    };
+    let before = answers(ACME_KEY).await;
+    assert_eq!(before[0], before[1]);
+    assert_eq!(before[0][0].0, 200);
+    assert_eq!(answers("a-second-acme-key-0001").await[0], before[0]);
+
+    // A deleted key: refused by both, within a second of being projected.
+    let deletion = extra.then("api_key.deleted", "2026-06-01T00:00:00Z", json!({})).messages[1..].to_vec();
+    let consumed = world.projector.consumed();
+    kafka::publish(&kafka::producer(), &world.topics, &deletion).await;
+    eventually(Duration::from_secs(60), "the deletion to be projected", || async {
+        (world.projector.consumed() > consumed).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(1), "both instances to refuse the deleted key", || async {
+        let mut refused = true;
+        for app in apps {
+            refused &= app.get("/v1/studies", Some("a-second-acme-key-0001")).await.status() == 401;
+        }
+        refused.then_some(())
+    })
+    .await;
+
+    // A generation switch: generation 2 is built beside generation 1, made active, and generation 1
+    // deleted at once; within a second both serve generation 2, with the same answers as before.
+    let mut builder = projector::config(&world.topics, &world.prefix, &unique("g"));
+    builder.generation = Some(2);
+    let builder = projector::spawn(builder).await;
+    let published = world.projector.consumed();
+    eventually(Duration::from_secs(60), "generation 2 to be built", || async {
+        (builder.consumed() >= published).then_some(())
+    })
+    .await;
+    builder.stop().await;
+    let mut conn = redis().await;
+    let _: () = conn.set(Keyspace::active_generation(&world.prefix), 2).await.unwrap();
+    ::projector::rebuild::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await.unwrap();
+    eventually(Duration::from_secs(1), "both instances to serve generation 2", || async {
+        (answers(ACME_KEY).await == before).then_some(())
+    })
+    .await;
+}
