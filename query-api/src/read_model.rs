@@ -1,9 +1,11 @@
 //! Reads of the Redis read model. Each answer is one script or command in one hash slot, so a page's
 //! total and items come from one consistent view, and every call is bounded by the connection's timeout.
 
+use std::future::Future;
 use std::sync::LazyLock;
+use std::time::Duration;
 
-use redis::{RedisResult, Script};
+use redis::{RedisResult, Script, ScriptInvocation};
 use shared::connection::Connection;
 use shared::Keyspace;
 
@@ -46,6 +48,31 @@ static STUDIES_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STUD
 static INTERVIEWS_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INTERVIEWS_PAGE));
 static ONE_INTERVIEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_INTERVIEW));
 
+/// How long a read keeps trying while a slot of a Redis Cluster moves between primaries: the redirections
+/// and `TRYAGAIN` replies of a half-moved slot that outlast the client's own retries.
+const SLOT_MOVE_BUDGET: Duration = Duration::from_secs(3);
+
+/// Runs `call` again, with short waits, while it fails with a cluster redirection or `TRYAGAIN`, for at
+/// most [`SLOT_MOVE_BUDGET`]. Reads are idempotent, so a retry is always safe.
+async fn settled<T, F, Fut>(mut call: F) -> RedisResult<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = RedisResult<T>>,
+{
+    let deadline = tokio::time::Instant::now() + SLOT_MOVE_BUDGET;
+    let mut wait = Duration::from_millis(5);
+    loop {
+        match call().await {
+            Err(e) if e.is_cluster_error() && tokio::time::Instant::now() + wait < deadline => {
+                tracing::debug!(error = %e, "a slot is moving; reading again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_millis(100));
+            }
+            other => return other,
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct ReadModel {
     conn: Connection,
@@ -56,24 +83,40 @@ impl ReadModel {
         Self { conn }
     }
 
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        settled(|| {
+            let mut conn = self.conn.clone();
+            async move { cmd.query_async(&mut conn).await }
+        })
+        .await
+    }
+
+    async fn invoke<T: redis::FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<T> {
+        settled(|| {
+            let mut conn = self.conn.clone();
+            async move { invocation.invoke_async(&mut conn).await }
+        })
+        .await
+    }
+
     /// The organization of a live API key, by the key's SHA-256.
     pub async fn organization_of(&self, keys: &Keyspace, sha256: &str) -> RedisResult<Option<String>> {
-        redis::cmd("HGET").arg(keys.api_key_sha(sha256)).arg("org").query_async(&mut self.conn.clone()).await
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(keys.api_key_sha(sha256)).arg("org");
+        self.query(&cmd).await
     }
 
     pub async fn studies(&self, keys: &Keyspace, org: &str, page: Pagination) -> RedisResult<Page<String>> {
-        let (total, docs): (u64, Vec<Option<String>>) = STUDIES_PAGE_SCRIPT
-            .key(keys.studies(org))
-            .key(keys.study_documents(org))
-            .arg(page.start())
-            .arg(page.stop())
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let mut invocation = STUDIES_PAGE_SCRIPT.key(keys.studies(org));
+        invocation.key(keys.study_documents(org)).arg(page.start()).arg(page.stop());
+        let (total, docs): (u64, Vec<Option<String>>) = self.invoke(&invocation).await?;
         Ok(Page { total, items: docs.into_iter().flatten().collect() })
     }
 
     pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Option<String>> {
-        redis::cmd("HGET").arg(keys.study_documents(org)).arg(id).query_async(&mut self.conn.clone()).await
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(keys.study_documents(org)).arg(id);
+        self.query(&cmd).await
     }
 
     /// A page of a study's interviews; `None` when the study is not a completed study of the organization.
@@ -85,16 +128,15 @@ impl ReadModel {
         page: Pagination,
     ) -> RedisResult<Option<Page<StoredInterview>>> {
         type Reply = Option<(u64, Vec<Option<String>>, Vec<Option<String>>)>;
-        let reply: Reply = INTERVIEWS_PAGE_SCRIPT
-            .key(keys.studies(org))
+        let mut invocation = INTERVIEWS_PAGE_SCRIPT.key(keys.studies(org));
+        invocation
             .key(keys.interviews(org, study_id))
             .key(keys.interview_documents(org))
             .key(keys.transcripts(org))
             .arg(study_id)
             .arg(page.start())
-            .arg(page.stop())
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+            .arg(page.stop());
+        let reply: Reply = self.invoke(&invocation).await?;
         Ok(reply.map(|(total, docs, transcripts)| Page {
             total,
             items: docs.into_iter().zip(transcripts).filter_map(|(doc, t)| Some((doc?, t))).collect(),
@@ -102,17 +144,16 @@ impl ReadModel {
     }
 
     pub async fn interview(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Option<StoredInterview>> {
-        let (doc, transcript): (Option<String>, Option<String>) = ONE_INTERVIEW_SCRIPT
-            .key(keys.interview_documents(org))
-            .key(keys.transcripts(org))
-            .arg(id)
-            .invoke_async(&mut self.conn.clone())
-            .await?;
+        let mut invocation = ONE_INTERVIEW_SCRIPT.key(keys.interview_documents(org));
+        invocation.key(keys.transcripts(org)).arg(id);
+        let (doc, transcript): (Option<String>, Option<String>) = self.invoke(&invocation).await?;
         Ok(doc.map(|doc| (doc, transcript)))
     }
 
     /// The active generation, `None` when no projector has created a read model yet.
     pub async fn active_generation(&self, prefix: &str) -> RedisResult<Option<u64>> {
-        redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(&mut self.conn.clone()).await
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(Keyspace::active_generation(prefix));
+        self.query(&cmd).await
     }
 }

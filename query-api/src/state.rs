@@ -37,8 +37,8 @@ impl AppState {
         Ok(Self(Arc::new(Inner {
             prefix: config.key_prefix.clone(),
             target,
-            // Retries on a cluster wait 10 ms doubling: six of them ride out a slot moving in about 0.6 s.
-            settings: Settings { timeout: config.redis_timeout(), cluster_retries: 6 },
+            // Retries on a cluster wait 10 ms doubling: ten of them (about 2.5 s at most) ride out a slot moving.
+            settings: Settings { timeout: config.redis_timeout(), cluster_retries: 10 },
             read_model: OnceCell::new(),
             generation: AtomicU64::new(1),
             presigner,

@@ -4,17 +4,15 @@
 //! differ live here: a batch of independent commands that may span slots ([`Connection::query_spread`]),
 //! and a SCAN that must visit every primary ([`Connection::scan`]).
 
-use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::future::try_join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
-use redis::cluster::ClusterClientBuilder;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
-
-use crate::keys::hash_tag;
 
 /// Where the read model lives: one server, or a cluster given by seed nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,7 +45,46 @@ pub struct Settings {
 #[derive(Clone)]
 pub enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<Cluster>),
+}
+
+/// A cluster connection that replaces itself when a call times out. After a storm of redirections
+/// while a slot moves, the client's connection can stay wedged, answering nothing; a new one works.
+pub struct Cluster {
+    client: ClusterClient,
+    /// The connection in use and how many times it was replaced.
+    current: RwLock<(u64, ClusterConnection)>,
+}
+
+impl Cluster {
+    fn current(&self) -> (u64, ClusterConnection) {
+        let current = self.current.read().unwrap_or_else(|poisoned| poisoned.into_inner());
+        (current.0, current.1.clone())
+    }
+
+    /// Replaces the connection of `epoch` (unless another call already did).
+    async fn replace(&self, epoch: u64) {
+        match self.client.get_async_connection().await {
+            Ok(fresh) => {
+                let mut current = self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if current.0 == epoch {
+                    tracing::warn!("a call to the redis cluster timed out; replaced the connection");
+                    *current = (epoch + 1, fresh);
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "could not reconnect to the redis cluster"),
+        }
+    }
+
+    /// Runs a call on the current connection, replacing the connection if the call times out.
+    async fn call<T>(&self, call: impl AsyncFnOnce(&mut ClusterConnection) -> RedisResult<T>) -> RedisResult<T> {
+        let (epoch, mut conn) = self.current();
+        let result = call(&mut conn).await;
+        if matches!(&result, Err(e) if e.is_timeout()) {
+            self.replace(epoch).await;
+        }
+        result
+    }
 }
 
 impl Connection {
@@ -73,13 +110,14 @@ impl Connection {
                     .max_retry_wait(500)
                     .retry_wait_formula(10, 2)
                     .build()?;
-                Ok(Connection::Cluster(client.get_async_connection().await?))
+                let conn = client.get_async_connection().await?;
+                Ok(Connection::Cluster(Arc::new(Cluster { client, current: RwLock::new((0, conn)) })))
             }
         }
     }
 
     pub fn is_cluster(&self) -> bool {
-        matches!(self, Connection::Cluster(_))
+        matches!(self, Connection::Cluster(..))
     }
 
     /// Runs independent commands that may touch different slots, and returns their replies in order. On
@@ -96,35 +134,26 @@ impl Connection {
             }
             return pipe.query_async(conn).await;
         }
-        let mut groups: HashMap<&str, (Pipeline, Vec<usize>)> = HashMap::new();
-        for (i, (key, cmd)) in commands.iter().enumerate() {
-            let (pipe, positions) = groups.entry(hash_tag(key)).or_insert_with(|| (redis::pipe(), Vec::new()));
-            pipe.add_command(cmd.clone());
-            positions.push(i);
-        }
-        let replies = try_join_all(groups.into_values().map(|(pipe, positions)| {
+        // One request per command rather than one pipeline per slot: a slot that is moving answers a
+        // pipeline's second command with MOVED after its first one was let in with ASKING, so a pipeline
+        // can bounce between the two primaries until the move ends. The cluster connection still sends
+        // concurrent requests to a node together.
+        try_join_all(commands.iter().map(|(_, cmd)| {
             let mut conn = self.clone();
-            async move {
-                let values: Vec<Value> = pipe.query_async(&mut conn).await?;
-                RedisResult::Ok(positions.into_iter().zip(values))
-            }
+            async move { cmd.query_async::<Value>(&mut conn).await }
         }))
-        .await?;
-        let mut ordered = vec![Value::Nil; commands.len()];
-        for (i, value) in replies.into_iter().flatten() {
-            ordered[i] = value;
-        }
-        Ok(ordered)
+        .await
     }
 
     /// Every key matching `pattern`, by SCAN over every primary of a cluster (or over the one server).
     pub async fn scan(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
         match self {
             Connection::Single(conn) => scan_node(conn, pattern).await,
-            Connection::Cluster(conn) => {
+            Connection::Cluster(cluster) => {
+                let (_, mut conn) = cluster.current();
                 let mut all = Vec::new();
-                for (host, port) in primaries(conn).await? {
-                    all.extend(scan_cluster_node(conn, pattern, &host, port).await?);
+                for (host, port) in primaries(&mut conn).await? {
+                    all.extend(scan_cluster_node(&mut conn, pattern, &host, port).await?);
                 }
                 Ok(all)
             }
@@ -202,7 +231,10 @@ impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Single(c) => c.req_packed_command(cmd),
-            Connection::Cluster(c) => c.req_packed_command(cmd),
+            Connection::Cluster(cluster) => {
+                let cluster = cluster.clone();
+                Box::pin(async move { cluster.call(async |c| c.req_packed_command(cmd).await).await })
+            }
         }
     }
 
@@ -214,14 +246,17 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Connection::Single(c) => c.req_packed_commands(cmd, offset, count),
-            Connection::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            Connection::Cluster(cluster) => {
+                let cluster = cluster.clone();
+                Box::pin(async move { cluster.call(async |c| c.req_packed_commands(cmd, offset, count).await).await })
+            }
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Connection::Single(c) => c.get_db(),
-            Connection::Cluster(c) => c.get_db(),
+            Connection::Cluster(_) => 0,
         }
     }
 }

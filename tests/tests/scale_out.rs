@@ -142,7 +142,7 @@ fn unsigned(mut body: Value) -> Value {
     fn strip(value: &mut Value) {
         match value {
             Value::Object(map) => {
-                map.remove("url");
+                map.remove("videoDownloadURL");
                 map.values_mut().for_each(strip);
             }
             Value::Array(items) => items.iter_mut().for_each(strip),

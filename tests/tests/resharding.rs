@@ -1,0 +1,167 @@
+//! A Redis Cluster slot moving between primaries while the projector writes to it and clients read from
+//! it: redirections and retries, never an error returned to a client and never a lost event. Always runs
+//! against the stack's cluster, whichever Redis the rest of the suite uses.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use end_to_end::api::{config, spawn_app, TestApp};
+use end_to_end::cluster::{self, Primary};
+use end_to_end::fixture::{completed, completed_study, interview, key};
+use end_to_end::kafka::{self, Outgoing, Topics};
+use end_to_end::{env, eventually, projector, unique};
+use serde_json::json;
+
+const SECRET: &str = "resharding-key-000001";
+const INTERVIEWS: usize = 10;
+/// Studies before the move; as many again arrive during it.
+const BEFORE: usize = 30;
+const CHUNKS: usize = 10;
+const TOTAL: usize = BEFORE + CHUNKS * 4;
+
+/// An organization whose keys hash to `slot`.
+fn organization_in(slot: u16) -> String {
+    let run = unique("org");
+    (0u64..).map(|n| format!("{run}-{n}")).find(|org| cluster::slot(org) == slot).expect("some name hashes there")
+}
+
+/// Completed studies `from..to` of `org`, each with completed interviews that have a transcript.
+fn studies(org: &str, from: usize, to: usize) -> Vec<Outgoing> {
+    let mut all = Vec::new();
+    for s in from..to {
+        let study = format!("s{s:03}");
+        all.extend(completed_study(org, &study, &format!("2026-03-01T10:{:02}:{:02}Z", s / 60, s % 60)).messages);
+        for i in 0..INTERVIEWS {
+            let id = format!("{study}-i{i}");
+            let started = format!("2026-02-10T09:{:02}:00Z", i);
+            let message = json!({"messageId": "m1", "role": "participant", "text": format!("answer {id}")});
+            let history = interview(org, &id, &study, &started).then(
+                "interview.message_recorded",
+                "2026-02-10T09:30:00Z",
+                message,
+            );
+            all.extend(completed(history).messages);
+        }
+    }
+    all
+}
+
+/// Requests in a loop until `stop`, recording every answer that is not a 200.
+async fn load(app: Arc<TestApp>, stop: Arc<AtomicBool>, done: Arc<AtomicU64>, failures: Arc<Mutex<Vec<String>>>) {
+    let paths =
+        ["/v1/studies?pageSize=100", "/v1/studies/s001/interviews", "/v1/interviews/s002-i3", "/v1/studies/s000"];
+    while !stop.load(Ordering::Relaxed) {
+        for path in paths {
+            let response = app.get(path, Some(SECRET)).await;
+            let status = response.status().as_u16();
+            if status != 200 {
+                let body = response.text().await.unwrap_or_default();
+                failures.lock().unwrap().push(format!("{path}: {status} {body}"));
+            }
+            done.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn moving_an_organizations_slot_under_load_returns_no_error_and_loses_no_event() {
+    // The organization lives in the lowest slot of the primary with the most slots, which is the slot
+    // `redis-cli --cluster reshard --cluster-slots 1` moves first.
+    let primaries = cluster::primaries();
+    let source: &Primary =
+        primaries.iter().max_by_key(|p| p.slots.iter().map(|(l, h)| h - l + 1).sum::<u16>()).unwrap();
+    let target = primaries.iter().find(|p| p.id != source.id).expect("another primary");
+    let slot = source.slots.iter().map(|(low, _)| *low).min().unwrap();
+    let org = organization_in(slot);
+    assert_eq!(cluster::cli(&["cluster", "keyslot", &format!("{{{org}}}")]).trim(), slot.to_string());
+
+    let topics = Topics::create().await;
+    let producer = kafka::producer();
+    let first = [key(&org, "k", SECRET).messages, studies(&org, 0, BEFORE)].concat();
+    kafka::publish(&producer, &topics, &first).await;
+    let prefix = unique("rs");
+    let mut projector_config = projector::config(&topics, &prefix, &unique("g"));
+    projector_config.redis_url = env("REDIS_CLUSTER_URLS");
+    projector_config.redis_cluster = true;
+    let projector = projector::spawn(projector_config).await;
+    let mut api_config = config(&prefix, &env("REDIS_CLUSTER_URLS"));
+    api_config.redis_cluster = true;
+    let app = Arc::new(spawn_app(api_config).await);
+    eventually(Duration::from_secs(60), "the first studies to be served", || async {
+        let (status, body) = app.json("/v1/studies?pageSize=100", SECRET).await;
+        (status == 200 && body["pagination"]["total"] == BEFORE).then_some(())
+    })
+    .await;
+
+    let (stop, done, failures) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicU64::new(0)), Arc::default());
+    let clients: Vec<_> =
+        (0..4).map(|_| tokio::spawn(load(app.clone(), stop.clone(), done.clone(), Arc::clone(&failures)))).collect();
+    let publisher = {
+        let (producer, topics, org) = (producer.clone(), topics.clone(), org.clone());
+        tokio::spawn(async move {
+            for chunk in 0..CHUNKS {
+                kafka::publish(&producer, &topics, &studies(&org, BEFORE + chunk * 4, BEFORE + chunk * 4 + 4)).await;
+            }
+        })
+    };
+    // One key at a time, so the slot is half moved for as long as possible.
+    let reshard = [
+        "--cluster",
+        "reshard",
+        &cluster::seed(),
+        "--cluster-from",
+        &source.id,
+        "--cluster-to",
+        &target.id,
+        "--cluster-slots",
+        "1",
+        "--cluster-yes",
+        "--cluster-pipeline",
+        "1",
+    ]
+    .map(String::from);
+    let moved = tokio::task::spawn_blocking(move || {
+        let args: Vec<&str> = reshard.iter().map(String::as_str).collect();
+        cluster::cli(&args)
+    });
+    moved.await.expect("reshard ran");
+    publisher.await.expect("published");
+    let owner = cluster::primaries().into_iter().find(|p| p.serves(slot)).expect("someone serves the slot");
+    assert_eq!(owner.id, target.id, "the organization's slot moved");
+
+    eventually(Duration::from_secs(120), "every study and interview to be served", || async {
+        let (status, body) = app.json("/v1/studies?pageSize=100", SECRET).await;
+        if status != 200 || body["pagination"]["total"] != TOTAL {
+            return None;
+        }
+        for s in [0, BEFORE - 1, BEFORE, TOTAL - 1] {
+            let (status, page) = app.json(&format!("/v1/studies/s{s:03}/interviews"), SECRET).await;
+            if status != 200 || page["pagination"]["total"] != INTERVIEWS {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    for client in clients {
+        client.await.expect("client task");
+    }
+    let failures = failures.lock().unwrap().clone();
+    assert!(failures.is_empty(), "{} failed requests, e.g. {:?}", failures.len(), &failures[..failures.len().min(5)]);
+    assert!(done.load(Ordering::Relaxed) > 100, "the clients kept asking during the move");
+
+    // Every event is there: each study lists all its interviews, each with its transcript.
+    for s in 0..TOTAL {
+        let (status, page) = app.json(&format!("/v1/studies/s{s:03}/interviews?pageSize=100"), SECRET).await;
+        assert_eq!(status, 200);
+        let items = page["items"].as_array().unwrap();
+        assert_eq!(items.len(), INTERVIEWS, "study s{s:03}");
+        for item in items {
+            let id = item["id"].as_str().unwrap();
+            assert!(item["transcriptAsWebVTT"].as_str().unwrap().contains(&format!("answer {id}")), "{item}");
+        }
+    }
+    projector.stop().await;
+}
