@@ -329,7 +329,7 @@ impl Projector {
 }
 
 /// Groups a batch's events by aggregate, keeping each aggregate's events in arrival order.
-fn group(events: &[Event]) -> Vec<Group<'_>> {
+pub fn group(events: &[Event]) -> Vec<Group<'_>> {
     let mut index: HashMap<(Topic, &str), usize> = HashMap::new();
     let mut groups: Vec<Group<'_>> = Vec::new();
     for event in events {

@@ -21,7 +21,8 @@ pub struct Page<T> {
 /// A stored interview document and its transcript.
 pub type StoredInterview = (String, Option<String>);
 
-const STUDIES_PAGE: &str = r"
+/// A page of completed studies and their total (public so that benchmarks run the same script).
+pub const STUDIES_PAGE: &str = r"
 -- KEYS[1] completed studies (sorted set), KEYS[2] study documents (hash); ARGV[1] start, ARGV[2] stop
 local total = redis.call('ZCARD', KEYS[1])
 local ids = redis.call('ZREVRANGE', KEYS[1], ARGV[1], ARGV[2])
@@ -29,7 +30,8 @@ if #ids == 0 then return {total, {}} end
 return {total, redis.call('HMGET', KEYS[2], unpack(ids))}
 ";
 
-const INTERVIEWS_PAGE: &str = r"
+/// A page of a completed study's interviews with their transcripts, and their total.
+pub const INTERVIEWS_PAGE: &str = r"
 -- KEYS[1] completed studies, KEYS[2] the study's visible interviews, KEYS[3] interview documents,
 -- KEYS[4] transcripts; ARGV[1] study id, ARGV[2] start, ARGV[3] stop. Nil when the study is not completed.
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return false end
@@ -39,7 +41,8 @@ if #ids == 0 then return {total, {}, {}} end
 return {total, redis.call('HMGET', KEYS[3], unpack(ids)), redis.call('HMGET', KEYS[4], unpack(ids))}
 ";
 
-const ONE_INTERVIEW: &str = r"
+/// One interview's document and transcript.
+pub const ONE_INTERVIEW: &str = r"
 -- KEYS[1] interview documents, KEYS[2] transcripts; ARGV[1] interview id
 return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('HGET', KEYS[2], ARGV[1])}
 ";

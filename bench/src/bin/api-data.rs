@@ -1,0 +1,69 @@
+//! Writes the API benchmark's read model through the projector's own apply path, loads the API's page
+//! scripts, and prints, as shell `export` lines, the key, ids, Redis keys and script digests the
+//! benchmark needs.
+
+use anyhow::Result;
+use benchmarks::{apply, stream};
+use clap::Parser;
+use redis::Script;
+
+#[derive(Parser)]
+#[command(about = "Seeds the API benchmark's read model and prints what the benchmark script needs.")]
+struct Args {
+    /// The read model's Redis.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    redis_url: String,
+    /// Key prefix to write under (the API's KEY_PREFIX).
+    #[arg(long)]
+    prefix: String,
+    /// Completed studies of the organization.
+    #[arg(long, default_value_t = 200)]
+    studies: usize,
+    /// Interviews, each with a video and a transcript, of its first study.
+    #[arg(long, default_value_t = 100)]
+    interviews: usize,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let (org, secret) = ("org-api-bench", "api-bench-secret-0001");
+    let messages = stream::api_dataset(org, secret, args.studies, args.interviews);
+    let mut store = apply::store(&args.redis_url, &args.prefix).await?;
+    for batch in messages.chunks(1000) {
+        apply::apply_batch(&mut store, batch).await?;
+    }
+    let keys = store.keys().clone();
+    let mut conn = store.conn();
+    let sha = |source: &str| Script::new(source).get_hash().to_string();
+    let (studies_sha, interviews_sha, one_sha) = (
+        sha(query_api::read_model::STUDIES_PAGE),
+        sha(query_api::read_model::INTERVIEWS_PAGE),
+        sha(query_api::read_model::ONE_INTERVIEW),
+    );
+    for source in [
+        query_api::read_model::STUDIES_PAGE,
+        query_api::read_model::INTERVIEWS_PAGE,
+        query_api::read_model::ONE_INTERVIEW,
+    ] {
+        Script::new(source).prepare_invoke().load_async(&mut conn).await?;
+    }
+    let study = format!("{org}-s000");
+    let exports = [
+        ("API_KEY", secret.to_string()),
+        ("STUDY_ID", study.clone()),
+        ("INTERVIEW_ID", format!("{study}-i00")),
+        ("STUDIES_KEY", keys.studies(org)),
+        ("STUDY_DOCS_KEY", keys.study_documents(org)),
+        ("INTERVIEWS_KEY", keys.interviews(org, &study)),
+        ("INTERVIEW_DOCS_KEY", keys.interview_documents(org)),
+        ("TRANSCRIPTS_KEY", keys.transcripts(org)),
+        ("STUDIES_PAGE_SHA", studies_sha),
+        ("INTERVIEWS_PAGE_SHA", interviews_sha),
+        ("ONE_INTERVIEW_SHA", one_sha),
+    ];
+    for (name, value) in exports {
+        println!("export {name}='{value}'");
+    }
+    Ok(())
+}

@@ -1,0 +1,55 @@
+//! The broker's read ceiling: a plain consumer reads every partition of a run's topics from the start to
+//! the end and discards the messages.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use benchmarks::broker;
+use benchmarks::report::Line;
+use clap::Parser;
+use rdkafka::consumer::Consumer;
+use rdkafka::{Offset, TopicPartitionList};
+
+#[derive(Parser)]
+#[command(about = "Reads a benchmark run's topics to their end and discards them, as fast as it can.")]
+struct Args {
+    /// Kafka bootstrap servers.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    brokers: String,
+    /// Name of the run whose topics to read.
+    #[arg(long)]
+    run: String,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let topics = broker::topic_names(&args.run);
+    let consumer = broker::plain_consumer(&args.brokers, &format!("{}-ceiling", args.run))?;
+    let partitions = broker::watermarks(&consumer, &topics)?;
+    let total: i64 = partitions.iter().map(|(_, _, low, high)| high - low).sum();
+    let mut list = TopicPartitionList::new();
+    for (topic, partition, _, _) in &partitions {
+        list.add_partition_offset(topic, *partition, Offset::Beginning)?;
+    }
+    let started = Instant::now();
+    consumer.assign(&list)?;
+    let (mut read, mut bytes) = (0i64, 0usize);
+    while read < total {
+        match consumer.poll(Duration::from_secs(30)) {
+            Some(Ok(message)) => {
+                read += 1;
+                bytes += message.payload_len();
+            }
+            Some(Err(e)) => bail!("consumer error: {e}"),
+            None => bail!("nothing arrived for 30 s after {read} of {total} messages"),
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Line::default()
+        .with("events", read)
+        .with("bytes", bytes)
+        .with("seconds", format!("{seconds:.2}"))
+        .with("events_per_sec", format!("{:.0}", read as f64 / seconds))
+        .print();
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! The projector's own pipeline without the broker: the replay stream, generated in memory, decoded,
+//! grouped and applied to Redis in batches by the projector's code.
+
+use std::time::{Duration, Instant};
+
+use anyhow::Result;
+use benchmarks::report::Line;
+use benchmarks::{apply, stream::Stream};
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(about = "Decodes and applies the generated stream from memory in batches; reports events per second.")]
+struct Args {
+    /// The read model's Redis.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    redis_url: String,
+    /// Key prefix to write under (new for each run).
+    #[arg(long)]
+    prefix: String,
+    /// Messages in the stream.
+    #[arg(long, env = "EVENTS", default_value_t = 1_000_000)]
+    events: usize,
+    /// Seed of the stream.
+    #[arg(long, env = "SEED", default_value_t = 7)]
+    seed: u64,
+    /// Messages per batch, as the projector's BATCH_SIZE.
+    #[arg(long, default_value_t = 1000)]
+    batch: usize,
+    /// Stop after this many seconds and report the rate so far.
+    #[arg(long, default_value_t = 3600)]
+    max_secs: u64,
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let messages = Stream::collect_all(args.seed, args.events);
+    let mut store = apply::store(&args.redis_url, &args.prefix).await?;
+    let limit = Duration::from_secs(args.max_secs);
+    let (mut done, mut applied) = (0, 0);
+    let started = Instant::now();
+    for batch in messages.chunks(args.batch) {
+        applied += apply::apply_batch(&mut store, batch).await?;
+        done += batch.len();
+        if started.elapsed() >= limit {
+            break;
+        }
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    Line::default()
+        .with("events", done)
+        .with("applied", applied)
+        .with("seconds", format!("{seconds:.2}"))
+        .with("events_per_sec", format!("{:.0}", done as f64 / seconds))
+        .print();
+    Ok(())
+}

@@ -1,0 +1,94 @@
+//! Redis memory of one read model (a key prefix's active generation), by kind of key, per completed study
+//! and per served interview.
+
+use std::collections::BTreeMap;
+
+use anyhow::{Context, Result};
+use benchmarks::report::Line;
+use clap::Parser;
+use redis::AsyncCommands;
+
+#[derive(Parser)]
+#[command(about = "Sums MEMORY USAGE over a read model's keys and divides by what it serves.")]
+struct Args {
+    /// The read model's Redis.
+    #[arg(long, env = "REDIS_URL", hide_env_values = true)]
+    redis_url: String,
+    /// The read model's key prefix.
+    #[arg(long)]
+    prefix: String,
+}
+
+/// Which record a key is there for, from its name (see `shared::keys`).
+fn kind(key: &str) -> &'static str {
+    let tail = key.rsplit_once('}').map_or(key, |(_, tail)| tail);
+    if key.contains(":owner:study:") || tail.starts_with(":study:") || tail == ":studies" || tail == ":study-docs" {
+        "study"
+    } else if key.contains(":owner:interview:")
+        || tail.starts_with(":interview:")
+        || tail.starts_with(":interviews:")
+        || tail == ":interview-docs"
+    {
+        "interview"
+    } else if tail == ":transcripts" {
+        "transcript"
+    } else {
+        "other"
+    }
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    let mut conn = redis::Client::open(args.redis_url.as_str())?.get_multiplexed_async_connection().await?;
+    let generation: u64 =
+        conn.get(format!("{}:active-generation", args.prefix)).await.context("the prefix has no read model")?;
+    let pattern = format!("{}:g{generation}:*", args.prefix);
+    let keys: Vec<String> = {
+        let mut iter: redis::AsyncIter<String> = conn.scan_match(&pattern).await?;
+        let mut keys = Vec::new();
+        while let Some(key) = iter.next_item().await {
+            keys.push(key?);
+        }
+        keys
+    };
+    let mut bytes: BTreeMap<&str, u64> = BTreeMap::new();
+    let (mut studies, mut interviews, mut transcripts, mut transcript_bytes) = (0u64, 0u64, 0u64, 0u64);
+    for chunk in keys.chunks(1000) {
+        let mut pipe = redis::pipe();
+        for key in chunk {
+            pipe.cmd("MEMORY").arg("USAGE").arg(key).arg("SAMPLES").arg(0);
+        }
+        let usage: Vec<Option<u64>> = pipe.query_async(&mut conn).await?;
+        for (key, used) in chunk.iter().zip(usage) {
+            *bytes.entry(kind(key)).or_default() += used.unwrap_or(0);
+            let tail = key.rsplit_once('}').map_or(key.as_str(), |(_, tail)| tail);
+            if tail == ":studies" {
+                studies += conn.zcard::<_, u64>(key).await?;
+            } else if tail.starts_with(":interviews:") {
+                interviews += conn.zcard::<_, u64>(key).await?;
+            } else if tail == ":transcripts" {
+                let values: Vec<String> = conn.hvals(key).await?;
+                transcripts += values.len() as u64;
+                transcript_bytes += values.iter().map(|v| v.len() as u64).sum::<u64>();
+            }
+        }
+    }
+    let per = |total: u64, n: u64| total.checked_div(n).unwrap_or(0);
+    let get = |k: &str| bytes.get(k).copied().unwrap_or(0);
+    Line::default()
+        .with("keys", keys.len())
+        .with("total_bytes", bytes.values().sum::<u64>())
+        .with("completed_studies", studies)
+        .with("served_interviews", interviews)
+        .with("transcripts", transcripts)
+        .with("transcript_avg_bytes", per(transcript_bytes, transcripts))
+        .with("study_bytes", get("study"))
+        .with("interview_bytes", get("interview"))
+        .with("transcript_bytes", get("transcript"))
+        .with("other_bytes", get("other"))
+        .with("bytes_per_study", per(get("study"), studies))
+        .with("bytes_per_interview", per(get("interview") + get("transcript"), interviews))
+        .print();
+    Ok(())
+}

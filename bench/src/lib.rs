@@ -1,0 +1,9 @@
+//! Benchmarks of the projector and the API, each reported as a ratio against a ceiling measured in the
+//! same run (see `BENCHMARKS.md` and `scripts/bench-replay`, `scripts/bench-api`).
+//!
+//! The binaries print one line of `name=value` pairs that the scripts turn into a table.
+
+pub mod apply;
+pub mod broker;
+pub mod report;
+pub mod stream;
