@@ -3,20 +3,21 @@
 
 use anyhow::Result;
 use projector::store::Store;
-use redis::aio::ConnectionManager;
+use shared::connection::{Connection, Settings, Target};
 use shared::{decode, Decoded, Event, Keyspace};
 
 use crate::stream::Message;
 
 /// A store on its own key prefix, at that prefix's active generation (1 on a new prefix).
-pub async fn store(redis_url: &str, prefix: &str) -> Result<Store<ConnectionManager>> {
-    let mut conn = ConnectionManager::new(redis::Client::open(redis_url)?).await?;
+pub async fn store(redis_url: &str, prefix: &str) -> Result<Store> {
+    let settings = Settings { timeout: std::time::Duration::from_secs(30), cluster_retries: 0 };
+    let mut conn = Connection::connect(&Target::Single(redis_url.to_string()), settings).await?;
     let generation = projector::store::active_generation(&mut conn, prefix).await?;
     Ok(Store::new(conn, Keyspace::new(prefix, generation)))
 }
 
 /// Decodes and applies one batch as the projector does; returns the events applied (not duplicates).
-pub async fn apply_batch(store: &mut Store<ConnectionManager>, batch: &[Message]) -> Result<u64> {
+pub async fn apply_batch(store: &mut Store, batch: &[Message]) -> Result<u64> {
     let events: Vec<Event> = batch
         .iter()
         .filter_map(|m| match decode(m.topic, Some(m.key.as_bytes()), &m.value) {
