@@ -75,9 +75,6 @@ pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsu
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
-        .set("partition.assignment.strategy", "range,roundrobin")
-        .set("session.timeout.ms", "10000")
-        .set("heartbeat.interval.ms", "1000")
         .set("statistics.interval.ms", "1000")
         .create_with_context(context)?;
     // No subscription: the instances share the partitions themselves (see `crate::assignment`) and
