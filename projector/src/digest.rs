@@ -31,15 +31,15 @@ pub async fn digest(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Diges
     let mut acc = [0u8; 32];
     let mut count = 0;
     for chunk in names.chunks(500) {
-        let types: Vec<(String, Cmd)> = chunk.iter().map(|name| (name.clone(), one("TYPE", name))).collect();
+        let types: Vec<Cmd> = chunk.iter().map(|name| one("TYPE", name)).collect();
         let kinds: Vec<String> = conn
-            .query_spread(&types)
+            .query_all(&types)
             .await?
             .into_iter()
             .map(redis::from_redis_value)
             .collect::<Result<_, _>>()
             .map_err(to_redis)?;
-        let reads: Vec<(String, Cmd)> = chunk
+        let reads: Vec<Cmd> = chunk
             .iter()
             .zip(&kinds)
             .map(|(name, kind)| {
@@ -52,10 +52,10 @@ pub async fn digest(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Diges
                     }
                     _ => one("GET", name),
                 };
-                (name.clone(), cmd)
+                cmd
             })
             .collect();
-        let values = conn.query_spread(&reads).await?;
+        let values = conn.query_all(&reads).await?;
         for ((name, kind), value) in chunk.iter().zip(&kinds).zip(values) {
             if kind == "none" {
                 continue;

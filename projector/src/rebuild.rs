@@ -234,15 +234,15 @@ pub async fn delete_generation(conn: &mut Connection, keys: &Keyspace) -> Result
     let names = digest::scan(conn, keys).await?;
     for chunk in names.chunks(500) {
         // One UNLINK per key: keys of different organizations may sit in different slots.
-        let unlinks: Vec<(String, redis::Cmd)> = chunk
+        let unlinks: Vec<redis::Cmd> = chunk
             .iter()
             .map(|name| {
                 let mut cmd = redis::cmd("UNLINK");
                 cmd.arg(name);
-                (name.clone(), cmd)
+                cmd
             })
             .collect();
-        conn.query_spread(&unlinks).await?;
+        conn.query_all(&unlinks).await?;
     }
     Ok(names.len())
 }

@@ -122,10 +122,9 @@ impl Store {
         let mut commands = Vec::with_capacity(groups.len() * 2);
         for group in groups {
             let first = &group.events[0].envelope.organization_id;
-            let owner = self.keys.owner(group.topic, group.aggregate_id);
             let mut set = redis::cmd("SET");
-            set.arg(&owner).arg(first).arg("NX").arg("GET");
-            commands.push((owner, set));
+            set.arg(self.keys.owner(group.topic, group.aggregate_id)).arg(first).arg("NX").arg("GET");
+            commands.push(set);
             commands.push(hmget_state(self.state_key(group, first)));
         }
         let replies = self.query(&commands).await?;
@@ -167,7 +166,7 @@ impl Store {
         if missing.is_empty() {
             return Ok(());
         }
-        let commands: Vec<(String, Cmd)> =
+        let commands: Vec<Cmd> =
             missing.iter().map(|&i| hmget_state(self.state_key(pending[i].group, pending[i].org))).collect();
         let replies = self.query(&commands).await?;
         for (&i, reply) in missing.iter().zip(&replies) {
@@ -220,8 +219,8 @@ impl Store {
         Ok(conflicts)
     }
 
-    /// The write script's call for one aggregate, with the key that routes it (its organization's slot).
-    fn invocation(&self, p: &Pending<'_>, expected: u64, outcome: &Outcome) -> (String, Cmd) {
+    /// The write script's call for one aggregate; its four keys are in the organization's slot.
+    fn invocation(&self, p: &Pending<'_>, expected: u64, outcome: &Outcome) -> Cmd {
         let (topic, id, org) = (p.group.topic, p.group.aggregate_id, p.org);
         let state_key = self.state_key(p.group, org);
         let index_key = match (&outcome.state, &outcome.index) {
@@ -258,7 +257,7 @@ impl Store {
         invocation
             .arg(self.write.get_hash())
             .arg(4)
-            .arg(&state_key)
+            .arg(state_key)
             .arg(index_key)
             .arg(documents_key)
             .arg(transcripts_key)
@@ -273,7 +272,7 @@ impl Store {
             .arg(transcript_op)
             .arg(cues)
             .arg(transcript::HEADER);
-        (state_key, invocation)
+        invocation
     }
 
     fn state_key(&self, group: &Group<'_>, org: &str) -> String {
@@ -293,11 +292,11 @@ impl Store {
     /// Runs a batch of commands, loading the write script first if Redis lost it (after a restart, a
     /// failover, or a slot moving to a node that never ran it). Running a batch again is harmless: every
     /// write checks the sequence it started from.
-    async fn query(&mut self, commands: &[(String, Cmd)]) -> Result<Vec<Value>, StoreError> {
-        match self.conn.query_spread(commands).await {
+    async fn query(&mut self, commands: &[Cmd]) -> Result<Vec<Value>, StoreError> {
+        match self.conn.query_all(commands).await {
             Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
                 self.write.prepare_invoke().load_async(&mut self.conn).await?;
-                Ok(self.conn.query_spread(commands).await?)
+                Ok(self.conn.query_all(commands).await?)
             }
             other => Ok(other?),
         }
@@ -305,10 +304,10 @@ impl Store {
 }
 
 /// Reads an aggregate's stored sequence and state.
-fn hmget_state(key: String) -> (String, Cmd) {
+fn hmget_state(key: String) -> Cmd {
     let mut cmd = redis::cmd("HMGET");
-    cmd.arg(&key).arg("seq").arg("state");
-    (key, cmd)
+    cmd.arg(key).arg("seq").arg("state");
+    cmd
 }
 
 fn warn_refused(group: &Group<'_>, owner: &str, count: usize) {

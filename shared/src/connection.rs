@@ -1,7 +1,7 @@
 //! One Redis connection for the two deployments the service supports: a single server, and a Redis
 //! Cluster reached through some of its nodes. Every script and every pipeline of the service declares its
 //! keys and stays in one hash slot, so both binaries run the same code on either. The two things that
-//! differ live here: a batch of independent commands that may span slots ([`Connection::query_spread`]),
+//! differ live here: a batch of independent commands that may span slots ([`Connection::query_all`]),
 //! and a SCAN that must visit every primary ([`Connection::scan`]).
 
 use std::sync::{Arc, RwLock};
@@ -116,20 +116,16 @@ impl Connection {
         }
     }
 
-    pub fn is_cluster(&self) -> bool {
-        matches!(self, Connection::Cluster(..))
-    }
-
     /// Runs independent commands that may touch different slots, and returns their replies in order. On
-    /// one server that is one pipeline; on a cluster, one pipeline per hash tag (the slot of the command's
-    /// first key), all sent at once. Each command is atomic on its own; the batch as a whole is not.
-    pub async fn query_spread(&mut self, commands: &[(String, Cmd)]) -> RedisResult<Vec<Value>> {
+    /// one server that is one pipeline; on a cluster, one request per command, all sent at once. Each
+    /// command is atomic on its own; the batch as a whole is not.
+    pub async fn query_all(&mut self, commands: &[Cmd]) -> RedisResult<Vec<Value>> {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
         if let Connection::Single(conn) = self {
             let mut pipe = redis::pipe();
-            for (_, cmd) in commands {
+            for cmd in commands {
                 pipe.add_command(cmd.clone());
             }
             return pipe.query_async(conn).await;
@@ -138,7 +134,7 @@ impl Connection {
         // pipeline's second command with MOVED after its first one was let in with ASKING, so a pipeline
         // can bounce between the two primaries until the move ends. The cluster connection still sends
         // concurrent requests to a node together.
-        try_join_all(commands.iter().map(|(_, cmd)| {
+        try_join_all(commands.iter().map(|cmd| {
             let mut conn = self.clone();
             async move { cmd.query_async::<Value>(&mut conn).await }
         }))

@@ -15,15 +15,15 @@ pub async fn dump(conn: &mut Connection, keys: &Keyspace) -> BTreeMap<String, St
     let names = conn.scan(&pattern).await.expect("scan");
     let mut out = BTreeMap::new();
     for chunk in names.chunks(1000) {
-        let types: Vec<(String, Cmd)> = chunk.iter().map(|name| (name.clone(), command(&["TYPE", name]))).collect();
+        let types: Vec<Cmd> = chunk.iter().map(|name| command(&["TYPE", name])).collect();
         let kinds: Vec<String> = conn
-            .query_spread(&types)
+            .query_all(&types)
             .await
             .expect("types")
             .into_iter()
             .map(|kind| redis::from_redis_value(kind).expect("type name"))
             .collect();
-        let reads: Vec<(String, Cmd)> = chunk
+        let reads: Vec<Cmd> = chunk
             .iter()
             .zip(&kinds)
             .map(|(name, kind)| {
@@ -33,10 +33,10 @@ pub async fn dump(conn: &mut Connection, keys: &Keyspace) -> BTreeMap<String, St
                     "zset" => command(&["ZRANGE", name, "0", "-1", "WITHSCORES"]),
                     _ => command(&["TYPE", name]),
                 };
-                (name.clone(), cmd)
+                cmd
             })
             .collect();
-        let values = conn.query_spread(&reads).await.expect("reads");
+        let values = conn.query_all(&reads).await.expect("reads");
         for ((name, kind), value) in chunk.iter().zip(&kinds).zip(values) {
             let rendered = match kind.as_str() {
                 "string" => redis::from_redis_value::<String>(value).expect("string"),

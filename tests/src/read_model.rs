@@ -62,14 +62,14 @@ pub async fn applied_everything(conn: &mut Connection, keys: &Keyspace, scenario
         let entry = last.entry(key).or_default();
         *entry = (*entry).max(seq);
     }
-    let reads: Vec<(String, redis::Cmd)> = last
+    let reads: Vec<redis::Cmd> = last
         .keys()
         .map(|key| {
             let mut cmd = redis::cmd("HGET");
             cmd.arg(key).arg("seq");
-            (key.clone(), cmd)
+            cmd
         })
         .collect();
-    let stored = conn.query_spread(&reads).await.unwrap();
+    let stored = conn.query_all(&reads).await.unwrap();
     last.values().zip(stored).all(|(want, got)| redis::from_redis_value::<Option<u64>>(got).unwrap() == Some(*want))
 }
