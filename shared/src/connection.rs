@@ -14,6 +14,8 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
+use crate::cluster_nodes::{self, Primary};
+
 /// Where the read model lives: one server, or a cluster given by seed nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
@@ -148,8 +150,8 @@ impl Connection {
             Connection::Cluster(cluster) => {
                 let (_, mut conn) = cluster.current();
                 let mut all = Vec::new();
-                for (host, port) in primaries(&mut conn).await? {
-                    all.extend(scan_cluster_node(&mut conn, pattern, &host, port).await?);
+                for primary in primaries(&mut conn).await? {
+                    all.extend(scan_cluster_node(&mut conn, pattern, primary.host, primary.port).await?);
                 }
                 Ok(all)
             }
@@ -158,28 +160,9 @@ impl Connection {
 }
 
 /// The address of every primary that serves slots.
-async fn primaries(conn: &mut ClusterConnection) -> RedisResult<Vec<(String, u16)>> {
+async fn primaries(conn: &mut ClusterConnection) -> RedisResult<Vec<Primary>> {
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;
-    Ok(parse_primaries(&nodes))
-}
-
-/// Primaries with at least one slot, from the text of `CLUSTER NODES`.
-fn parse_primaries(nodes: &str) -> Vec<(String, u16)> {
-    let mut found = Vec::new();
-    for line in nodes.lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 9 || !fields[2].split(',').any(|f| f == "master") || fields[2].contains("fail") {
-            continue;
-        }
-        // `host:port@cport[,hostname]`
-        let address = fields[1].split(['@', ',']).next().unwrap_or_default();
-        if let Some((host, port)) = address.rsplit_once(':') {
-            if let Ok(port) = port.parse() {
-                found.push((host.to_string(), port));
-            }
-        }
-    }
-    found
+    Ok(cluster_nodes::primaries(&nodes))
 }
 
 fn scan_page(cursor: u64, pattern: &str) -> Cmd {
@@ -203,10 +186,10 @@ async fn scan_node(conn: &mut ConnectionManager, pattern: &str) -> RedisResult<V
 async fn scan_cluster_node(
     conn: &mut ClusterConnection,
     pattern: &str,
-    host: &str,
+    host: String,
     port: u16,
 ) -> RedisResult<Vec<String>> {
-    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host: host.to_string(), port });
+    let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port });
     let (mut cursor, mut all) = (0u64, Vec::new());
     loop {
         let reply = conn.route_command(scan_page(cursor, pattern), routing.clone()).await?;
@@ -268,16 +251,5 @@ mod tests {
             Target::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
         );
         assert_eq!(Target::new(" redis://a:1 ", false), Target::Single("redis://a:1".into()));
-    }
-
-    #[test]
-    fn primaries_are_the_masters_that_are_not_failing() {
-        let nodes = "\
-a1 127.0.0.1:7001@17001 myself,master - 0 0 1 connected 0-5460
-b2 127.0.0.1:7002@17002,host-b master - 0 0 2 connected 5461-10922
-c3 127.0.0.1:7003@17003 slave b2 0 0 2 connected
-d4 127.0.0.1:7004@17004 master,fail - 0 0 3 connected 10923-16383
-";
-        assert_eq!(parse_primaries(nodes), vec![("127.0.0.1".into(), 7001), ("127.0.0.1".into(), 7002)]);
     }
 }

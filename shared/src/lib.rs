@@ -3,6 +3,7 @@
 //! Keeping the event contract, the stored documents and every Redis key name in one thin crate means the
 //! two binaries cannot disagree about what is on the bus or where a document lives.
 
+pub mod cluster_nodes;
 #[cfg(feature = "connection")]
 pub mod connection;
 pub mod documents;

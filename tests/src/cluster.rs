@@ -3,21 +3,10 @@
 
 use std::process::Command;
 
+use shared::cluster_nodes;
+pub use shared::cluster_nodes::Primary;
+
 use crate::env;
-
-/// A primary of the cluster: its node id, its address and the slots it serves.
-#[derive(Debug, Clone)]
-pub struct Primary {
-    pub id: String,
-    pub address: String,
-    pub slots: Vec<(u16, u16)>,
-}
-
-impl Primary {
-    pub fn serves(&self, slot: u16) -> bool {
-        self.slots.iter().any(|(low, high)| (*low..=*high).contains(&slot))
-    }
-}
 
 /// The address (`host:port`) of the cluster's first seed node.
 pub fn seed() -> String {
@@ -37,24 +26,7 @@ pub fn cli(args: &[&str]) -> String {
 
 /// The primaries serving slots, from `CLUSTER NODES`.
 pub fn primaries() -> Vec<Primary> {
-    let mut primaries = Vec::new();
-    for line in cli(&["cluster", "nodes"]).lines() {
-        let fields: Vec<&str> = line.split_whitespace().collect();
-        if fields.len() < 8 || !fields[2].contains("master") || fields[2].contains("fail") {
-            continue;
-        }
-        let slots = fields[8..]
-            .iter()
-            .filter(|range| !range.starts_with('['))
-            .map(|range| match range.split_once('-') {
-                Some((low, high)) => (low.parse().unwrap(), high.parse().unwrap()),
-                None => (range.parse().unwrap(), range.parse().unwrap()),
-            })
-            .collect();
-        let address = fields[1].split(['@', ',']).next().unwrap().to_string();
-        primaries.push(Primary { id: fields[0].to_string(), address, slots });
-    }
-    primaries
+    cluster_nodes::primaries(&cli(&["cluster", "nodes"]))
 }
 
 /// The hash slot of a hash tag (CRC16-XMODEM modulo 16384), as Redis Cluster computes it.
