@@ -70,8 +70,7 @@ pub async fn rebuild<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> Re
 }
 
 pub async fn signals<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<Signals> {
-    let (active,): (Option<u64>,) =
-        redis::pipe().cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await?;
+    let active: Option<u64> = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await?;
     let rebuild = rebuild(conn, prefix).await?;
     let handover = match (rebuild.phase.as_deref(), rebuild.locked) {
         (Some(HANDOVER), true) => rebuild.generation,
@@ -80,14 +79,26 @@ pub async fn signals<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> Re
     Ok(Signals { active, handover })
 }
 
+/// Reports this instance and reads every live projector (this one included) in one round trip: both
+/// commands touch the same key, so they stay one pipeline on a cluster too.
 pub async fn report<C: ConnectionLike + Send>(
     conn: &mut C,
     prefix: &str,
     id: &str,
     instance: &Instance,
-) -> RedisResult<()> {
+) -> RedisResult<HashMap<String, Instance>> {
     let json = serde_json::to_string(instance).expect("instance state serializes");
-    redis::cmd("HSET").arg(Keyspace::projectors(prefix)).arg(id).arg(json).query_async(conn).await
+    let (all,): (HashMap<String, String>,) = redis::pipe()
+        .cmd("HSET")
+        .arg(Keyspace::projectors(prefix))
+        .arg(id)
+        .arg(json)
+        .ignore()
+        .cmd("HGETALL")
+        .arg(Keyspace::projectors(prefix))
+        .query_async(conn)
+        .await?;
+    live(conn, prefix, all).await
 }
 
 pub async fn leave<C: ConnectionLike + Send>(conn: &mut C, prefix: &str, id: &str) -> RedisResult<()> {
@@ -98,6 +109,15 @@ pub async fn leave<C: ConnectionLike + Send>(conn: &mut C, prefix: &str, id: &st
 pub async fn instances<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<HashMap<String, Instance>> {
     let all: HashMap<String, String> =
         redis::cmd("HGETALL").arg(Keyspace::projectors(prefix)).query_async(conn).await?;
+    live(conn, prefix, all).await
+}
+
+/// The reports heard from recently; older or unreadable ones are removed.
+async fn live<C: ConnectionLike + Send>(
+    conn: &mut C,
+    prefix: &str,
+    all: HashMap<String, String>,
+) -> RedisResult<HashMap<String, Instance>> {
     let now = crate::metrics::now();
     let mut live = HashMap::new();
     for (id, json) in all {

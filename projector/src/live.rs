@@ -35,10 +35,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
                 }
                 Err(e) => tracing::warn!(error = %e, "could not read the control keys"),
             }
-            if let Err(e) = control::report(&mut conn, &prefix, &id, &instance(&projector, false)).await {
-                tracing::warn!(error = %e, "could not report this projector's state");
-            }
-            match control::instances(&mut conn, &prefix).await {
+            match control::report(&mut conn, &prefix, &id, &instance(&projector, false)).await {
                 Ok(live) => {
                     let group = &projector.config.group_id;
                     let mut members: Vec<String> =
@@ -50,7 +47,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
                         tracing::warn!(error = %e, "could not take this projector's share of the partitions");
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "could not read the live projectors"),
+                Err(e) => tracing::warn!(error = %e, "could not report this projector or read the others"),
             }
         }
         match projector.step(&mut stopped, CHECK_EVERY).await? {
