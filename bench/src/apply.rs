@@ -9,9 +9,9 @@ use shared::{decode, Decoded, Event, Keyspace};
 use crate::stream::Message;
 
 /// A store on its own key prefix, at that prefix's active generation (1 on a new prefix).
-pub async fn store(redis_url: &str, prefix: &str) -> Result<Store> {
-    let settings = Settings { timeout: std::time::Duration::from_secs(30), cluster_retries: 0 };
-    let mut conn = Connection::connect(&Target::Single(redis_url.to_string()), settings).await?;
+pub async fn store(target: &Target, prefix: &str) -> Result<Store> {
+    let settings = Settings { timeout: std::time::Duration::from_secs(30), cluster_retries: 12 };
+    let mut conn = Connection::connect(target, settings).await?;
     let generation = projector::store::active_generation(&mut conn, prefix).await?;
     Ok(Store::new(conn, Keyspace::new(prefix, generation)))
 }

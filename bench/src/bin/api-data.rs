@@ -6,6 +6,7 @@ use anyhow::Result;
 use benchmarks::{apply, stream};
 use clap::Parser;
 use redis::Script;
+use shared::connection::Target;
 
 #[derive(Parser)]
 #[command(about = "Seeds the API benchmark's read model and prints what the benchmark script needs.")]
@@ -29,7 +30,7 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     let (org, secret) = ("org-api-bench", "api-bench-secret-0001");
     let messages = stream::api_dataset(org, secret, args.studies, args.interviews);
-    let mut store = apply::store(&args.redis_url, &args.prefix).await?;
+    let mut store = apply::store(&Target::Single(args.redis_url.clone()), &args.prefix).await?;
     for batch in messages.chunks(1000) {
         apply::apply_batch(&mut store, batch).await?;
     }

@@ -7,13 +7,17 @@ use anyhow::Result;
 use benchmarks::report::Line;
 use benchmarks::{apply, stream::Stream};
 use clap::Parser;
+use shared::connection::Target;
 
 #[derive(Parser)]
 #[command(about = "Decodes and applies the generated stream from memory in batches; reports events per second.")]
 struct Args {
-    /// The read model's Redis.
+    /// The read model's Redis; with `--redis-cluster`, comma-separated nodes of a Redis Cluster.
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     redis_url: String,
+    /// Write to a Redis Cluster, as the projector does with REDIS_CLUSTER=true.
+    #[arg(long, env = "REDIS_CLUSTER", default_value_t = false)]
+    redis_cluster: bool,
     /// Key prefix to write under (new for each run).
     #[arg(long)]
     prefix: String,
@@ -35,7 +39,7 @@ struct Args {
 async fn main() -> Result<()> {
     let args = Args::parse();
     let messages = Stream::collect_all(args.seed, args.events);
-    let mut store = apply::store(&args.redis_url, &args.prefix).await?;
+    let mut store = apply::store(&Target::new(&args.redis_url, args.redis_cluster), &args.prefix).await?;
     let limit = Duration::from_secs(args.max_secs);
     let (mut done, mut applied) = (0, 0);
     let started = Instant::now();
