@@ -34,6 +34,8 @@ pub struct Options {
 }
 
 const LOCK_TTL_MS: u64 = 10_000;
+/// How often a rebuild that is still reading full batches measures how far it is from the end.
+const MEASURE_LAG_EVERY: Duration = Duration::from_secs(1);
 const RENEW: &str =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
@@ -145,10 +147,19 @@ async fn rebuild(
         tracing::warn!(error = %e, "no metrics server for the rebuild");
     }
     let mut last_report = Instant::now();
+    let mut last_measured: Option<Instant> = None;
+    let full = Step::Applied(config.batch_size as usize);
     loop {
-        if step(&mut projector, stopped).await? == Step::Stopped {
+        let stepped = step(&mut projector, stopped).await?;
+        if stepped == Step::Stopped {
             return Ok(None);
         }
+        // The exact lag takes a broker round trip per partition: measure it once a second while full
+        // batches keep coming, and after every short batch or empty poll, where the end may be near.
+        if stepped == full && last_measured.is_some_and(|at| at.elapsed() < MEASURE_LAG_EVERY) {
+            continue;
+        }
+        last_measured = Some(Instant::now());
         let Some(remaining) = projector.exact_lag() else { continue };
         projector.metrics.rebuild_remaining.set(remaining);
         if last_report.elapsed() > Duration::from_secs(5) {
