@@ -12,6 +12,13 @@ impl Line {
         self
     }
 
+    /// `events`, `seconds` and `events_per_sec`: what every timed leg reports.
+    pub fn rate(self, events: u64, seconds: f64) -> Self {
+        self.with("events", events)
+            .with("seconds", format!("{seconds:.2}"))
+            .with("events_per_sec", format!("{:.0}", events as f64 / seconds))
+    }
+
     pub fn print(self) {
         println!("{}", self.0.join(" "));
     }

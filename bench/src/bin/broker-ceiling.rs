@@ -45,11 +45,6 @@ fn main() -> Result<()> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    Line::default()
-        .with("events", read)
-        .with("bytes", bytes)
-        .with("seconds", format!("{seconds:.2}"))
-        .with("events_per_sec", format!("{:.0}", read as f64 / seconds))
-        .print();
+    Line::default().rate(read as u64, seconds).with("bytes", bytes).print();
     Ok(())
 }

@@ -51,11 +51,6 @@ async fn main() -> Result<()> {
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    Line::default()
-        .with("events", done)
-        .with("applied", applied)
-        .with("seconds", format!("{seconds:.2}"))
-        .with("events_per_sec", format!("{:.0}", done as f64 / seconds))
-        .print();
+    Line::default().rate(done as u64, seconds).with("applied", applied).print();
     Ok(())
 }

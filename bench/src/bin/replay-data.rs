@@ -32,10 +32,6 @@ async fn main() -> Result<()> {
     let started = Instant::now();
     let sent = broker::publish(&args.brokers, &topics, Stream::new(args.seed, args.events)).await?;
     let seconds = started.elapsed().as_secs_f64();
-    Line::default()
-        .with("events", sent)
-        .with("seconds", format!("{seconds:.1}"))
-        .with("events_per_sec", format!("{:.0}", sent as f64 / seconds))
-        .print();
+    Line::default().rate(sent as u64, seconds).print();
     Ok(())
 }

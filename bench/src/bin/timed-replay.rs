@@ -62,10 +62,8 @@ fn main() -> Result<()> {
     child.kill()?;
     child.wait()?;
     Line::default()
-        .with("events", applied)
+        .rate(applied as u64, seconds)
         .with("of", total)
-        .with("seconds", format!("{seconds:.2}"))
-        .with("events_per_sec", format!("{:.0}", applied as f64 / seconds))
         .with("first_commit_secs", format!("{:.2}", first_commit.unwrap_or(seconds)))
         .with("peak_rss_kib", rss)
         .print();
