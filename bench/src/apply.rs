@@ -1,10 +1,13 @@
-//! The projector's own decode-and-apply path fed from memory: what it does per batch once the broker has
-//! delivered the messages ([`shared::decode`], [`projector::pipeline::group`], [`Store::apply`]).
+//! The projector's own batch path fed from memory: what it does per batch once the broker has delivered
+//! the messages ([`projector::batch::project`]: decode, set poison aside, fold and write, count), with
+//! dead letters going nowhere.
 
-use anyhow::Result;
-use projector::store::Store;
+use anyhow::{bail, Result};
+use projector::batch::{project, Record, SetAside};
+use projector::{Metrics, Outcome, Store};
+use rdkafka::error::KafkaError;
 use shared::connection::{Connection, Settings, Target};
-use shared::{decode, Decoded, Event, Keyspace};
+use shared::{Keyspace, Topic};
 
 use crate::stream::Message;
 
@@ -12,20 +15,54 @@ use crate::stream::Message;
 pub async fn store(target: &Target, prefix: &str) -> Result<Store> {
     let settings = Settings { timeout: std::time::Duration::from_secs(30), cluster_retries: 12 };
     let mut conn = Connection::connect(target, settings).await?;
-    let generation = projector::store::active_generation(&mut conn, prefix).await?;
+    let generation = projector::active_generation(&mut conn, prefix).await?;
     Ok(Store::new(conn, Keyspace::new(prefix, generation)))
 }
 
-/// Decodes and applies one batch as the projector does; returns the events applied (not duplicates).
-pub async fn apply_batch(store: &mut Store, batch: &[Message]) -> Result<u64> {
-    let events: Vec<Event> = batch
-        .iter()
-        .filter_map(|m| match decode(m.topic, Some(m.key.as_bytes()), &m.value) {
-            Ok(Decoded::Event(event)) => Some(event),
-            _ => None,
-        })
-        .collect();
-    let groups = projector::pipeline::group(&events);
-    let applied = store.apply(&groups).await?;
-    Ok(applied.tally.applied)
+/// The stream has no poison; were there any, it would be counted and dropped.
+struct Nowhere;
+
+impl SetAside for Nowhere {
+    async fn set_aside(&self, _: &[projector::batch::DeadLetter]) -> Result<(), KafkaError> {
+        Ok(())
+    }
+}
+
+/// The projector's batch path from memory, with its metrics.
+pub struct Pipeline {
+    store: Store,
+    metrics: Metrics,
+}
+
+impl Pipeline {
+    pub fn new(store: Store) -> Self {
+        Self { store, metrics: Metrics::new(Topic::ALL.map(|t| t.default_name().to_string())) }
+    }
+
+    /// Applies one batch as the projector does.
+    pub async fn apply(&mut self, batch: &[Message]) -> Result<()> {
+        let records: Vec<Record<'_>> = batch
+            .iter()
+            .enumerate()
+            .map(|(i, m)| Record {
+                topic: m.topic,
+                topic_name: m.topic.default_name(),
+                partition: 0,
+                offset: i as i64,
+                key: Some(m.key.as_bytes()),
+                value: Some(&m.value),
+            })
+            .collect();
+        let (_never, mut stopped) = tokio::sync::watch::channel(false);
+        if !project(&records, &Nowhere, &mut self.store, &self.metrics, &mut stopped).await {
+            bail!("the batch was not applied");
+        }
+        Ok(())
+    }
+
+    /// Events applied so far (not duplicates), gaps included.
+    pub fn applied(&self) -> u64 {
+        let counts = self.metrics.counts();
+        counts.of(Outcome::Applied) + counts.of(Outcome::Gap)
+    }
 }

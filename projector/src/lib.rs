@@ -1,36 +1,42 @@
 //! The projector: consumes the product's study, interview and API-key events from Kafka and keeps the
-//! Redis read model that the query API serves; and the operator's commands around it (rebuild, digest,
-//! status, dead letters).
+//! Redis read model that the query API serves; and the operator's commands around it.
+//!
+//! # Layout
+//!
+//! - [`batch`]: one batch's life, top to bottom: take messages from the broker, set poison aside, fold
+//!   each aggregate's events and write them, count, commit. Start reading here.
+//! - `source`: everything said to the broker (the only code that knows librdkafka): the consumer and
+//!   its batches, assignment, offsets, lag, and the dead-letter topics.
+//! - `fold`: the projection as pure logic: an aggregate's state, how each event changes it, and what the
+//!   read model must hold afterwards (documents, index entries, WebVTT cues).
+//! - `store`: the Redis side: owners, the write script and the only Rust that knows its arguments,
+//!   conflict retries, generations and their digest.
+//! - `run`: the long-running modes: `live` and `rebuild` (with its handover), and how instances share
+//!   partitions and coordinate through Redis.
+//! - `observe`: one metrics registry and the HTTP server of `/metrics`, `/healthz`, `/readyz`.
+//! - [`ops`]: the operator's commands, one file each; all printing lives there.
+//! - [`config`]: every setting, from flags or the environment.
 
-pub mod admin;
-pub mod aggregate;
-pub mod assignment;
+pub mod batch;
 pub mod config;
-pub mod control;
-pub mod digest;
-pub mod dlq;
-pub mod http;
-pub mod kafka;
-pub mod live;
-pub mod metrics;
-pub mod participant;
-pub mod pipeline;
-pub mod rebuild;
-pub mod stats;
-pub mod status;
-pub mod store;
-pub mod transcript;
+pub mod ops;
+
+mod backoff;
+mod fold;
+mod observe;
+mod run;
+mod source;
+mod store;
 
 use std::future::Future;
-use std::net::SocketAddr;
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
 
 use tokio::sync::watch;
 
 pub use config::Config;
-pub use pipeline::Projector;
-pub use stats::{Snapshot, Stats};
+pub use observe::{Counts, Metrics, Outcome};
+pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
+pub use run::{live_instances, Instance, Projector};
+pub use store::{active_generation, delete_generation, generation_keys, Digest, Store};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -40,8 +46,6 @@ pub enum Error {
     Redis(#[from] redis::RedisError),
     #[error("invalid configuration: {0}")]
     Config(String),
-    #[error("{0}")]
-    Io(#[from] std::io::Error),
     #[error("{0}")]
     Refused(String),
 }
@@ -62,24 +66,6 @@ pub async fn run(config: Config, shutdown: impl Future<Output = ()> + Send + 'st
     let Some(projector) = Projector::connect(config, stopped.clone()).await? else {
         return Ok(());
     };
-    serve_http(&projector, Arc::default()).await?;
-    live::run(projector, stopped).await
-}
-
-/// Starts the HTTP server of metrics and health when an address is configured; returns where it listens.
-pub async fn serve_http(projector: &Projector, rebuilding: Arc<AtomicBool>) -> Result<Option<SocketAddr>, Error> {
-    let Some(addr) = projector.config.http_addr.0 else { return Ok(None) };
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        Err(e) => {
-            // Projecting matters more than reporting: go on without the server, loudly.
-            tracing::error!(%addr, error = %e, "could not start the metrics and health server");
-            return Ok(None);
-        }
-    };
-    let bound = listener.local_addr()?;
-    tracing::info!(addr = %bound, "metrics and health");
-    let health = http::Health { metrics: projector.metrics(), stall_after: projector.config.stall_after(), rebuilding };
-    tokio::spawn(http::serve(listener, health));
-    Ok(Some(bound))
+    projector.serve_http(Default::default()).await;
+    projector.run_live(stopped).await
 }

@@ -50,6 +50,7 @@ pub async fn run(
 
 /// The router with every route and the HTTP layers.
 pub fn app(state: AppState) -> Router {
+    let metrics = state.metrics().clone();
     let v1 = Router::new()
         .route("/studies", get(routes::list_studies))
         .route("/studies/{id}", get(routes::get_study))
@@ -60,10 +61,10 @@ pub fn app(state: AppState) -> Router {
         .nest("/v1", v1)
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
-        .route("/metrics", get(metrics::render))
+        .route("/metrics", get(metrics::render).with_state(metrics.clone()))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .route_layer(axum::middleware::from_fn_with_state(state.clone(), metrics::track))
+        .route_layer(axum::middleware::from_fn_with_state(metrics, metrics::track))
         .with_state(state)
         .layer(CompressionLayer::new())
         .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))

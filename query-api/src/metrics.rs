@@ -14,8 +14,6 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-use crate::state::AppState;
-
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
     pub route: String,
@@ -62,12 +60,11 @@ impl Metrics {
 }
 
 /// Counts and times every request by its route pattern (never the raw path, which holds ids).
-pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_string();
     let method = request.method().to_string();
     let started = Instant::now();
     let response = next.run(request).await;
-    let metrics: &Arc<Metrics> = state.metrics();
     metrics.latency.get_or_create(&RouteLabels { route: route.clone() }).observe(started.elapsed().as_secs_f64());
     let status = response.status().as_u16();
     metrics.requests.get_or_create(&RequestLabels { route, method, status }).inc();
@@ -77,7 +74,7 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
     response
 }
 
-pub async fn render(State(state): State<AppState>) -> Response {
+pub async fn render(State(metrics): State<Arc<Metrics>>) -> Response {
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-    ([(header::CONTENT_TYPE, content_type)], state.metrics().render()).into_response()
+    ([(header::CONTENT_TYPE, content_type)], metrics.render()).into_response()
 }

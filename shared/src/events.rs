@@ -224,6 +224,34 @@ pub fn decode(topic: Topic, key: Option<&[u8]>, value: &[u8]) -> Result<Decoded,
     Ok(Decoded::Event(Event { envelope, body }))
 }
 
+/// Every event type of the contract.
+pub const TYPES: [&str; 18] = [
+    "study.created",
+    "study.retitled",
+    "study.launched",
+    "study.completed",
+    "study.reopened",
+    "study.deleted",
+    "interview.started",
+    "interview.participant_identified",
+    "interview.message_recorded",
+    "interview.facets_updated",
+    "interview.video_stored",
+    "interview.video_deleted",
+    "interview.completed",
+    "interview.hidden",
+    "interview.unhidden",
+    "interview.deleted",
+    "api_key.created",
+    "api_key.deleted",
+];
+
+/// A metric label for a `type` value: the type itself when the contract has it, `other` otherwise, so
+/// that what a producer sends cannot grow a label set without bound.
+pub fn type_label(kind: &str) -> String {
+    if TYPES.contains(&kind) { kind } else { "other" }.to_string()
+}
+
 fn parse<T: DeserializeOwned>(data: Value) -> Result<T, serde_json::Error> {
     serde_json::from_value(data)
 }

@@ -165,3 +165,17 @@ fn an_event_on_the_wrong_topic_or_under_the_wrong_key_is_poison() {
     let under_other_key = decode(Topic::Study, Some(b"other"), &message("study.launched", "agg", json!({})));
     assert_eq!(under_other_key, Err(Poison("message key does not equal aggregateId".into())));
 }
+
+#[test]
+fn every_listed_type_is_known_and_every_other_type_is_labelled_other() {
+    for kind in TYPES {
+        // Known: with data it does not accept, a known type is poison, never skipped as unknown.
+        let decoded = Topic::ALL.map(|topic| decode(topic, None, &message(kind, "agg", json!({"x": [1]}))));
+        assert!(decoded.iter().all(|d| !matches!(d, Ok(Decoded::Unknown { .. }))), "{kind}: {decoded:?}");
+        assert_eq!(type_label(kind), kind);
+    }
+    for kind in ["study.archived", "", "x".repeat(2000).as_str()] {
+        assert!(matches!(decode(Topic::Study, None, &message(kind, "agg", json!({}))), Ok(Decoded::Unknown { .. })));
+        assert_eq!(type_label(kind), "other");
+    }
+}

@@ -5,7 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 
 use clap::Parser;
-use projector::{Config, Projector, Stats};
+use projector::{Config, Counts, Metrics, Outcome, Projector};
 use tokio::sync::watch;
 
 use crate::env;
@@ -37,7 +37,33 @@ pub struct Running {
     pub http: Option<std::net::SocketAddr>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<Result<(), projector::Error>>,
-    pub stats: Arc<Stats>,
+    metrics: Arc<Metrics>,
+}
+
+/// The projector's totals as the tests read them: `applied` counts every event applied, gaps included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub applied: u64,
+    pub gaps: u64,
+    pub duplicates: u64,
+    pub refused: u64,
+    pub skipped: u64,
+    pub dead_lettered: u64,
+    pub retries: u64,
+}
+
+impl From<Counts> for Snapshot {
+    fn from(c: Counts) -> Self {
+        Snapshot {
+            applied: c.of(Outcome::Applied) + c.of(Outcome::Gap),
+            gaps: c.of(Outcome::Gap),
+            duplicates: c.of(Outcome::Duplicate),
+            refused: c.of(Outcome::Refused),
+            skipped: c.of(Outcome::Skipped),
+            dead_lettered: c.of(Outcome::DeadLettered),
+            retries: c.retries,
+        }
+    }
 }
 
 pub async fn spawn(config: Config) -> Running {
@@ -47,17 +73,25 @@ pub async fn spawn(config: Config) -> Running {
     let (stop, stopped) = watch::channel(false);
     let projector =
         Projector::connect(config, stopped.clone()).await.expect("projector connects").expect("not stopped");
-    let stats = projector.stats();
-    let http = projector::serve_http(&projector, Default::default()).await.expect("http server");
-    let task = tokio::spawn(projector::live::run(projector, stopped));
-    Running { http, stop, task, stats }
+    let metrics = projector.metrics();
+    let http = projector.serve_http(Default::default()).await;
+    let task = tokio::spawn(projector.run_live(stopped));
+    Running { http, stop, task, metrics }
 }
 
 impl Running {
     /// Messages consumed so far, whatever became of them.
     pub fn consumed(&self) -> u64 {
-        let s = self.stats.snapshot();
-        s.applied + s.duplicates + s.refused + s.skipped + s.dead_lettered
+        self.counts().consumed()
+    }
+
+    /// The projector's totals by outcome.
+    pub fn counts(&self) -> Counts {
+        self.metrics.counts()
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        self.counts().into()
     }
 
     pub async fn stop(self) {
@@ -127,4 +161,9 @@ pub fn output_within(mut command: Command, deadline: std::time::Duration) -> std
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     child.wait_with_output().expect("command output")
+}
+
+/// The digest of a generation, as `projector digest` prints it.
+pub async fn digest(keys: &shared::Keyspace) -> String {
+    projector::Digest::of(&mut crate::redis().await, keys).await.expect("digest").to_string()
 }

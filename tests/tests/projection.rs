@@ -23,7 +23,7 @@ async fn a_generated_stream_with_duplicates_and_interleaving_yields_exactly_the_
     let total = scenario.messages.len() as u64;
     eventually(WAIT, "every message consumed", || async { (running.consumed() >= total).then_some(()) }).await;
 
-    let stats = running.stats.snapshot();
+    let stats = running.snapshot();
     assert!(stats.duplicates > 0, "the stream redelivers events: {stats:?}");
     assert_eq!((stats.refused, stats.dead_lettered, stats.skipped), (0, 0, 0));
     let keys = Keyspace::new(prefix, 1);
@@ -60,7 +60,7 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_the_partition_goes_on()
     let keys = Keyspace::new(prefix, 1);
     let studies: Vec<String> = redis().await.zrange(keys.studies("org"), 0, -1).await.unwrap();
     assert_eq!(studies, ["s1"], "the events after the poison messages were applied");
-    assert_eq!(running.stats.snapshot().dead_lettered, 3);
+    assert_eq!(running.snapshot().dead_lettered, 3);
 
     let letters = kafka::read(&format!("{}.dlq", topics.study), 3, WAIT).await;
     assert_eq!(letters.len(), 3);
@@ -114,7 +114,7 @@ async fn an_event_of_another_organization_changes_nothing() {
     let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
     eventually(WAIT, "every message consumed", || async { (running.consumed() >= 6).then_some(()) }).await;
 
-    assert_eq!(running.stats.snapshot().refused, 3);
+    assert_eq!(running.snapshot().refused, 3);
     let keys = Keyspace::new(prefix, 1);
     let mut conn = redis().await;
     let doc: String = conn.hget(keys.study_documents("org_a"), "s1").await.unwrap();
@@ -147,7 +147,7 @@ async fn an_unknown_event_type_is_skipped_and_counted_and_later_events_still_app
     let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
     eventually(WAIT, "every message consumed", || async { (running.consumed() >= 3).then_some(()) }).await;
 
-    let stats = running.stats.snapshot();
+    let stats = running.snapshot();
     assert_eq!((stats.skipped, stats.applied, stats.gaps, stats.dead_lettered), (1, 2, 1, 0));
     let keys = Keyspace::new(prefix, 1);
     let listed: Vec<String> = redis().await.zrange(keys.interviews("org", "s1"), 0, -1).await.unwrap();
@@ -163,13 +163,12 @@ async fn a_batch_of_nothing_but_poison_messages_does_not_block_the_partition() {
     let prefix = unique("rm");
     let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
     eventually(WAIT, "the poison messages set aside", || async {
-        (running.stats.snapshot().dead_lettered == 2).then_some(())
+        (running.snapshot().dead_lettered == 2).then_some(())
     })
     .await;
     let created =
         event(Topic::Study, "org", "s1", 1, "study.created", "2026-05-01T10:00:00Z", json!({"internalTitle": "T"}));
     kafka::publish(&producer, &topics, &[created]).await;
-    eventually(WAIT, "the next event applied", || async { (running.stats.snapshot().applied == 1).then_some(()) })
-        .await;
+    eventually(WAIT, "the next event applied", || async { (running.snapshot().applied == 1).then_some(()) }).await;
     running.stop().await;
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::projector::rebuild::Options;
+use ::projector::RebuildOptions as Options;
 use end_to_end::api::{self, spawn_app};
 use end_to_end::fixture;
 use end_to_end::kafka::{self, Outgoing, Topics};
@@ -20,7 +20,7 @@ use shared::Keyspace;
 const SECRET: &str = "rebuild-test-key-0001";
 
 async fn digest(keys: &Keyspace) -> String {
-    ::projector::digest::digest(&mut redis().await, keys).await.expect("digest").to_string()
+    projector::digest(keys).await
 }
 
 async fn active(prefix: &str) -> Option<u64> {
@@ -74,7 +74,7 @@ async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a
 
     let late = more_studies(&org, 0, 5);
     let (_keep_running, running) = tokio::sync::watch::channel(false);
-    let rebuild = tokio::spawn(::projector::rebuild::run(
+    let rebuild = tokio::spawn(::projector::rebuild(
         projector::config(&topics, &prefix, &group),
         Options {
             grace: Duration::from_secs(1),
@@ -83,6 +83,7 @@ async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a
             lock_wait: Duration::ZERO,
         },
         running,
+        &|notice| println!("{notice}"),
     ));
     // Live events keep arriving during the rebuild.
     kafka::publish(&producer, &topics, &late).await;
@@ -114,7 +115,7 @@ async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a
     stop.store(true, Ordering::Relaxed);
     let pages = pager.await.expect("no client ever saw an error or a shrunken list");
     assert!(pages > 0);
-    let old: Vec<String> = ::projector::digest::scan(&mut redis().await, &live_keys).await.unwrap();
+    let old: Vec<String> = ::projector::generation_keys(&mut redis().await, &live_keys).await.unwrap();
     assert!(old.is_empty(), "the old generation is deleted after the grace period: {} keys left", old.len());
     eventually(Duration::from_secs(60), "the live projector to consume everything", || async {
         (live.consumed() >= published).then_some(())

@@ -38,7 +38,7 @@ async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_event
     redis.stop();
     kafka::publish(&producer, &topics, second).await;
     eventually(Duration::from_secs(30), "the projector to hit the outage", || async {
-        (running.stats.snapshot().retries > 0).then_some(())
+        (running.snapshot().retries > 0).then_some(())
     })
     .await;
     assert!(running.consumed() < scenario.messages.len() as u64, "nothing was applied while Redis was away");

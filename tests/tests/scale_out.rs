@@ -20,7 +20,7 @@ const ALL_PARTITIONS: usize = 3 * PARTITIONS as usize;
 
 /// The live projectors registered under a prefix, as (instance id, partitions, generation).
 async fn instances(conn: &mut Connection, prefix: &str) -> Vec<(String, usize, u64)> {
-    let live = ::projector::control::instances(conn, prefix).await.expect("instances");
+    let live = ::projector::live_instances(conn, prefix).await.expect("instances");
     let mut all: Vec<_> = live.into_iter().map(|(id, i)| (id, i.partitions, i.generation)).collect();
     all.sort();
     all
@@ -215,7 +215,7 @@ async fn two_api_instances_answer_alike_and_follow_key_deletions_and_generation_
     builder.stop().await;
     let mut conn = redis().await;
     let _: () = conn.set(Keyspace::active_generation(&world.prefix), 2).await.unwrap();
-    ::projector::rebuild::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await.unwrap();
+    ::projector::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await.unwrap();
     eventually(Duration::from_secs(1), "both instances to serve generation 2", || async {
         (answers(ACME_KEY).await == before).then_some(())
     })

@@ -30,12 +30,13 @@ async fn main() -> Result<()> {
     let args = Args::parse();
     let (org, secret) = ("org-api-bench", "api-bench-secret-0001");
     let messages = stream::api_dataset(org, secret, args.studies, args.interviews);
-    let mut store = apply::store(&Target::Single(args.redis_url.clone()), &args.prefix).await?;
-    for batch in messages.chunks(1000) {
-        apply::apply_batch(&mut store, batch).await?;
-    }
+    let store = apply::store(&Target::Single(args.redis_url.clone()), &args.prefix).await?;
     let keys = store.keys().clone();
     let mut conn = store.conn();
+    let mut pipeline = apply::Pipeline::new(store);
+    for batch in messages.chunks(1000) {
+        pipeline.apply(batch).await?;
+    }
     let sha = |source: &str| Script::new(source).get_hash().to_string();
     let (studies_sha, interviews_sha, one_sha) = (
         sha(query_api::read_model::STUDIES_PAGE),

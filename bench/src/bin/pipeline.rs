@@ -39,18 +39,19 @@ struct Args {
 async fn main() -> Result<()> {
     let args = Args::parse();
     let messages = Stream::collect_all(args.seed, args.events);
-    let mut store = apply::store(&Target::new(&args.redis_url, args.redis_cluster), &args.prefix).await?;
+    let store = apply::store(&Target::new(&args.redis_url, args.redis_cluster), &args.prefix).await?;
+    let mut pipeline = apply::Pipeline::new(store);
     let limit = Duration::from_secs(args.max_secs);
-    let (mut done, mut applied) = (0, 0);
+    let mut done = 0;
     let started = Instant::now();
     for batch in messages.chunks(args.batch) {
-        applied += apply::apply_batch(&mut store, batch).await?;
+        pipeline.apply(batch).await?;
         done += batch.len();
         if started.elapsed() >= limit {
             break;
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    Line::default().rate(done as u64, seconds).with("applied", applied).print();
+    Line::default().rate(done as u64, seconds).with("applied", pipeline.applied()).print();
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! `stall_after` is not ready, so a stalled projection never looks healthy. A rebuild that is still
 //! catching up says so, and is ready.
 
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
 
-use crate::metrics::Metrics;
+use super::Metrics;
 
 #[derive(Clone)]
 pub struct Health {
@@ -25,7 +26,7 @@ pub struct Health {
     pub rebuilding: Arc<AtomicBool>,
 }
 
-pub fn router(health: Health) -> Router {
+fn router(health: Health) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
@@ -52,9 +53,24 @@ async fn readyz(State(health): State<Health>) -> Response {
     Json(json!({ "status": "ready", "lag": lag, "generation": health.metrics.generation.get() })).into_response()
 }
 
-/// Serves until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, health: Health) {
-    if let Err(e) = axum::serve(listener, router(health)).await {
-        tracing::error!(error = %e, "the projector's HTTP server stopped");
-    }
+/// Starts the server in the background when an address is configured; returns where it listens.
+/// Projecting matters more than reporting: when the address cannot be bound, it goes on without the
+/// server, loudly.
+pub async fn start(addr: Option<SocketAddr>, health: Health) -> Option<SocketAddr> {
+    let addr = addr?;
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            tracing::error!(%addr, error = %e, "could not start the metrics and health server");
+            return None;
+        }
+    };
+    let bound = listener.local_addr().ok()?;
+    tracing::info!(addr = %bound, "metrics and health");
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, router(health)).await {
+            tracing::error!(error = %e, "the projector's HTTP server stopped");
+        }
+    });
+    Some(bound)
 }

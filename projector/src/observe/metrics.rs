@@ -1,7 +1,8 @@
 //! Prometheus metrics of one projector, in a registry of its own (no global recorder, so several
-//! projectors in one process, as in tests, each report their own figures).
+//! projectors in one process, as in tests, each report their own figures). They are the projector's only
+//! counters: what tests, `/readyz` and the live projector's report read comes from here too.
 
-use std::sync::atomic::{AtomicI64, AtomicU64};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -10,6 +11,73 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
+use shared::Topic;
+
+/// What became of one consumed message; every message gets exactly one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Outcome {
+    /// Applied to the read model as the next event of its aggregate.
+    Applied,
+    /// Applied after a jump in its aggregate's sequence.
+    Gap,
+    /// Already applied: changed nothing.
+    Duplicate,
+    /// Its organization differs from the one recorded for its aggregate: not applied.
+    Refused,
+    /// A well-formed event of a type this service does not know.
+    Skipped,
+    /// Poison: set aside in the dead-letter topic.
+    DeadLettered,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 6] =
+        [Outcome::Applied, Outcome::Gap, Outcome::Duplicate, Outcome::Refused, Outcome::Skipped, Outcome::DeadLettered];
+
+    /// The `outcome` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Applied => "applied",
+            Outcome::Gap => "gap",
+            Outcome::Duplicate => "duplicate",
+            Outcome::Refused => "refused",
+            Outcome::Skipped => "skipped",
+            Outcome::DeadLettered => "dead_lettered",
+        }
+    }
+}
+
+impl From<crate::fold::Verdict> for Outcome {
+    fn from(verdict: crate::fold::Verdict) -> Self {
+        match verdict {
+            crate::fold::Verdict::Applied => Outcome::Applied,
+            crate::fold::Verdict::Gap => Outcome::Gap,
+            crate::fold::Verdict::Duplicate => Outcome::Duplicate,
+        }
+    }
+}
+
+/// Messages by topic, event type and outcome: what one batch did, before it is counted.
+pub type Tally = std::collections::HashMap<(Topic, String, Outcome), u64>;
+
+/// The projector's totals by outcome, as [`Metrics::counts`] reads them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub batches: u64,
+    pub retries: u64,
+    by_outcome: [u64; 6],
+}
+
+impl Counts {
+    pub fn of(&self, outcome: Outcome) -> u64 {
+        self.by_outcome[outcome as usize]
+    }
+
+    /// Messages consumed so far, whatever became of them.
+    pub fn consumed(&self) -> u64 {
+        self.by_outcome.iter().sum()
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct EventLabels {
@@ -27,10 +95,15 @@ pub struct PartitionLabels {
 /// What one projector reports.
 pub struct Metrics {
     registry: Registry,
+    /// The configured names of the three topics, in the order of [`Topic::ALL`], for the `topic` label.
+    topics: [String; 3],
     events: Family<EventLabels, Counter>,
+    /// The same counts by outcome alone, kept beside `events` by [`Metrics::count`].
+    by_outcome: [AtomicU64; 6],
+    batches: AtomicU64,
     pub retries: Counter,
-    pub batch_size: Histogram,
-    pub apply_seconds: Histogram,
+    batch_size: Histogram,
+    apply_seconds: Histogram,
     pub lag_messages: Family<PartitionLabels, Gauge>,
     pub lag_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
     /// Unix time of the last progress: a batch applied, or the end of every partition reached.
@@ -41,11 +114,11 @@ pub struct Metrics {
     /// Messages consumed and not applied yet: the batch in hand, which stays there while Redis is away
     /// (and while it does, no statistics come in to update the lag gauges).
     pub in_hand: Gauge<i64, AtomicI64>,
-    pub(crate) total_lag: AtomicI64,
+    total_lag: AtomicI64,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
+impl Metrics {
+    pub fn new(topics: [String; 3]) -> Self {
         let mut registry = Registry::with_prefix("projector");
         let events = Family::<EventLabels, Counter>::default();
         registry.register(
@@ -85,7 +158,10 @@ impl Default for Metrics {
         );
         Self {
             registry,
+            topics,
             events,
+            by_outcome: Default::default(),
+            batches: AtomicU64::new(0),
             retries,
             batch_size,
             apply_seconds,
@@ -98,15 +174,32 @@ impl Default for Metrics {
             total_lag: AtomicI64::new(0),
         }
     }
-}
 
-impl Metrics {
-    pub fn count(&self, topic: &str, kind: &str, outcome: &'static str, n: u64) {
-        if n > 0 {
-            let labels =
-                EventLabels { topic: topic.to_string(), r#type: kind.to_string(), outcome: outcome.to_string() };
-            self.events.get_or_create(&labels).inc_by(n);
+    /// Counts what a batch did: the one place where messages are counted.
+    pub fn count(&self, tally: &Tally) {
+        for ((topic, kind, outcome), n) in tally {
+            let topic = self.topics[*topic as usize].clone();
+            let labels = EventLabels { topic, r#type: kind.clone(), outcome: outcome.label().into() };
+            self.events.get_or_create(&labels).inc_by(*n);
+            self.by_outcome[*outcome as usize].fetch_add(*n, Relaxed);
         }
+    }
+
+    /// The totals so far.
+    pub fn counts(&self) -> Counts {
+        Counts {
+            batches: self.batches.load(Relaxed),
+            retries: self.retries.get(),
+            by_outcome: std::array::from_fn(|i| self.by_outcome[i].load(Relaxed)),
+        }
+    }
+
+    /// Records a batch applied: its size, how long it took, and progress now.
+    pub fn applied_batch(&self, messages: usize, seconds: f64) {
+        self.batches.fetch_add(1, Relaxed);
+        self.batch_size.observe(messages as f64);
+        self.apply_seconds.observe(seconds);
+        self.beat();
     }
 
     /// Records progress now.
@@ -119,9 +212,14 @@ impl Metrics {
         now() - self.heartbeat.get()
     }
 
+    /// Records the sum of the lag of every assigned partition, as librdkafka's statistics measured it.
+    pub fn set_measured_lag(&self, total: i64) {
+        self.total_lag.store(total, Relaxed);
+    }
+
     /// Sum of the lag of every assigned partition, as last measured, and at least the batch in hand.
     pub fn total_lag(&self) -> i64 {
-        self.total_lag.load(std::sync::atomic::Ordering::Relaxed).max(self.in_hand.get())
+        self.total_lag.load(Relaxed).max(self.in_hand.get())
     }
 
     /// The Prometheus text exposition.

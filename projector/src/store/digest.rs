@@ -7,6 +7,8 @@ use sha2::{Digest as _, Sha256};
 use shared::connection::Connection;
 use shared::Keyspace;
 
+use super::generation::{generation_keys, one};
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Digest {
     pub keys: u64,
@@ -19,14 +21,16 @@ impl std::fmt::Display for Digest {
     }
 }
 
-/// Every key of the generation, by SCAN (over every primary of a cluster).
-pub async fn scan(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Vec<String>> {
-    conn.scan(&keys.pattern()).await
+impl Digest {
+    /// The digest of the generation `keys` names.
+    pub async fn of(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Digest> {
+        compute(conn, keys).await
+    }
 }
 
-pub async fn digest(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Digest> {
+async fn compute(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Digest> {
     let meta = keys.meta();
-    let names: Vec<String> = scan(conn, keys).await?.into_iter().filter(|k| *k != meta).collect();
+    let names: Vec<String> = generation_keys(conn, keys).await?.into_iter().filter(|k| *k != meta).collect();
     let strip = keys.pattern().len() - 1;
     let mut acc = [0u8; 32];
     let mut count = 0;
@@ -73,12 +77,6 @@ pub async fn digest(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Diges
         }
     }
     Ok(Digest { keys: count, sha256: hex::encode(acc) })
-}
-
-fn one(name: &str, key: &str) -> Cmd {
-    let mut cmd = redis::cmd(name);
-    cmd.arg(key);
-    cmd
 }
 
 fn field(hasher: &mut Sha256, bytes: &[u8]) {

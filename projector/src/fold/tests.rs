@@ -1,6 +1,23 @@
-use super::*;
+use chrono::{DateTime, Utc};
 use serde_json::json;
-use shared::{decode, Decoded};
+use shared::time::score;
+use shared::{decode, Decoded, InterviewDocument, Topic};
+
+use super::*;
+
+/// How many events a fold applied (gaps included), found duplicate, and applied after a gap.
+#[derive(Debug, PartialEq, Eq)]
+struct Tally {
+    applied: usize,
+    duplicates: usize,
+    gaps: usize,
+}
+
+fn tally(verdicts: &[Verdict]) -> Tally {
+    let count = |v: Verdict| verdicts.iter().filter(|x| **x == v).count();
+    let gaps = count(Verdict::Gap);
+    Tally { applied: count(Verdict::Applied) + gaps, duplicates: count(Verdict::Duplicate), gaps }
+}
 
 fn ev(topic: Topic, seq: u64, kind: &str, at: &str, data: serde_json::Value) -> Event {
     let value = json!({"eventId": format!("e{seq}"), "type": kind, "organizationId": "org", "aggregateId": "a1",
@@ -13,7 +30,8 @@ fn ev(topic: Topic, seq: u64, kind: &str, at: &str, data: serde_json::Value) -> 
 
 fn run(topic: Topic, events: &[Event]) -> (Outcome, Tally) {
     let refs: Vec<&Event> = events.iter().collect();
-    fold("a1", 0, State::new(topic), &refs)
+    let (outcome, verdicts) = fold("a1", 0, State::new(topic), &refs);
+    (outcome, tally(&verdicts))
 }
 
 fn study_events() -> Vec<Event> {
@@ -73,8 +91,8 @@ fn duplicates_change_nothing_and_gaps_are_applied_and_counted() {
     assert!(outcome.document.is_some(), "the gap did not block completion");
     // Resuming from stored state: everything at or below the stored sequence is a duplicate.
     let refs: Vec<&Event> = all.iter().collect();
-    let (again, tally) = fold("a1", 4, outcome.state.clone(), &refs);
-    assert_eq!(tally, Tally { applied: 0, duplicates: 4, gaps: 0 });
+    let (again, verdicts) = fold("a1", 4, outcome.state.clone(), &refs);
+    assert_eq!(self::tally(&verdicts), Tally { applied: 0, duplicates: 4, gaps: 0 });
     assert_eq!(again.document, outcome.document);
 }
 

@@ -1,0 +1,182 @@
+//! One batch's life, top to bottom; the README's paragraph on the projector, as code:
+//!
+//! 1. take what the broker has: up to `BATCH_SIZE` messages, lingering `BATCH_LINGER_MS` to fill up;
+//! 2. decode each message: poison is set aside in its dead-letter topic with the reason, a well-formed
+//!    event of an unknown type is skipped;
+//! 3. group the events by aggregate; fold each group over the aggregate's stored state and write the
+//!    result with one atomic script that checks the stored sequence (`store`);
+//! 4. count what became of every message, once, in the metrics;
+//! 5. commit the batch's offsets, now that every message in it is applied or set aside.
+//!
+//! Steps 2 and 3 retry with backoff until they succeed or the projector shuts down. A crash anywhere
+//! replays the batch, which changes nothing the second time: every write checks the aggregate's sequence.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::time::{Duration, Instant};
+
+use rdkafka::error::KafkaError;
+use shared::{decode, Decoded, Event, Topic};
+use tokio::sync::watch;
+
+use crate::backoff::Backoff;
+use crate::observe::{Metrics, Outcome, Tally};
+use crate::source::Source;
+pub use crate::source::{DeadLetter, Record};
+use crate::store::{Group, Store};
+
+/// What one call of [`step`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// A batch of this many messages was applied and committed.
+    Applied(usize),
+    /// No message arrived for a while.
+    Idle,
+    /// Shut down before the batch in hand was applied; it will be applied again after a restart.
+    Stopped,
+}
+
+/// Takes one batch (waiting at most `idle` for its first message), applies it and commits it.
+pub async fn step(
+    source: &mut Source,
+    store: &mut Store,
+    metrics: &Metrics,
+    stopped: &mut watch::Receiver<bool>,
+    idle: Duration,
+) -> Step {
+    let Some(batch) = source.next_batch(stopped, idle).await else { return Step::Stopped };
+    if batch.is_empty() {
+        return Step::Idle;
+    }
+    let records: Vec<Record<'_>> = batch.records().collect();
+    if !project(&records, source, store, metrics, stopped).await {
+        return Step::Stopped;
+    }
+    // Shutting down: commit synchronously, so that a restart does not apply the batch again.
+    source.commit(&batch, *stopped.borrow());
+    Step::Applied(records.len())
+}
+
+/// Where poison messages go; the broker's dead-letter topics, or nowhere for a benchmark from memory.
+pub trait SetAside {
+    fn set_aside(&self, letters: &[DeadLetter]) -> impl Future<Output = Result<(), KafkaError>> + Send;
+}
+
+impl SetAside for Source {
+    async fn set_aside(&self, letters: &[DeadLetter]) -> Result<(), KafkaError> {
+        self.write_dead_letters(letters).await
+    }
+}
+
+/// Steps 2 to 4 for a batch of records: decode, set poison aside, fold and write, count. False when
+/// shut down before every message was applied or set aside.
+pub async fn project(
+    records: &[Record<'_>],
+    poison: &impl SetAside,
+    store: &mut Store,
+    metrics: &Metrics,
+    stopped: &mut watch::Receiver<bool>,
+) -> bool {
+    let started = Instant::now();
+    metrics.in_hand.set(records.len() as i64);
+    let mut tally = Tally::new();
+    let (events, letters) = sort(records, &mut tally);
+    let mut retry = Retry::new("write to the dead-letter topic", metrics);
+    while !letters.is_empty() {
+        match poison.set_aside(&letters).await {
+            Ok(()) => break,
+            Err(e) if retry.after(e.to_string(), stopped).await => {}
+            Err(_) => return false,
+        }
+    }
+    let groups = group(&events);
+    let mut retry = Retry::new("apply a batch to redis", metrics);
+    let applied = loop {
+        match store.apply(&groups).await {
+            Ok(applied) => break applied,
+            Err(e) if retry.after(e.to_string(), stopped).await => {}
+            Err(_) => return false,
+        }
+    };
+    for (topic, kind, outcome) in applied {
+        count(&mut tally, topic, kind, outcome);
+    }
+    metrics.count(&tally);
+    metrics.in_hand.set(0);
+    metrics.applied_batch(records.len(), started.elapsed().as_secs_f64());
+    tracing::debug!(messages = records.len(), ?tally, "batch applied");
+    true
+}
+
+/// Decodes every record: the events to apply, and the poison to set aside (skipped and poison messages
+/// are counted here; events once applied).
+fn sort(records: &[Record<'_>], tally: &mut Tally) -> (Vec<Event>, Vec<DeadLetter>) {
+    let mut events = Vec::with_capacity(records.len());
+    let mut letters = Vec::new();
+    for record in records {
+        let decoded = match record.value {
+            Some(value) => decode(record.topic, record.key, value),
+            None => Err(shared::Poison("message has no value".into())),
+        };
+        match decoded {
+            Ok(Decoded::Event(event)) => events.push(event),
+            Ok(Decoded::Unknown { envelope }) => {
+                tracing::info!(topic = record.topic_name, kind = %envelope.kind, event_id = %envelope.event_id, "skipped an event of an unknown type");
+                count(tally, record.topic, &envelope.kind, Outcome::Skipped);
+            }
+            Err(poison) => {
+                tracing::warn!(topic = record.topic_name, partition = record.partition, offset = record.offset, reason = %poison, "poison message set aside");
+                count(tally, record.topic, &claimed_type(record), Outcome::DeadLettered);
+                letters.push(DeadLetter::new(record, poison.0));
+            }
+        }
+    }
+    (events, letters)
+}
+
+fn count(tally: &mut Tally, topic: Topic, kind: &str, outcome: Outcome) {
+    *tally.entry((topic, shared::events::type_label(kind), outcome)).or_default() += 1;
+}
+
+/// The `type` a poison message claims, if its value is a JSON object with one; for the metrics only.
+fn claimed_type(record: &Record<'_>) -> String {
+    let claimed = record.value.and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok());
+    claimed.as_ref().and_then(|v| Some(v.get("type")?.as_str()?.to_string())).unwrap_or_default()
+}
+
+/// Groups a batch's events by aggregate, keeping each aggregate's events in arrival order.
+pub fn group(events: &[Event]) -> Vec<Group<'_>> {
+    let mut index: HashMap<(Topic, &str), usize> = HashMap::new();
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for event in events {
+        let topic = event.body.topic();
+        let id = event.envelope.aggregate_id.as_str();
+        let i = *index.entry((topic, id)).or_insert_with(|| {
+            groups.push(Group { topic, aggregate_id: id, events: Vec::new() });
+            groups.len() - 1
+        });
+        groups[i].events.push(event);
+    }
+    groups
+}
+
+/// Retrying something that failed for a reason outside the batch (Redis or the broker away): each
+/// failure is logged and counted, then waited out with backoff.
+struct Retry<'a> {
+    what: &'static str,
+    metrics: &'a Metrics,
+    backoff: Backoff,
+}
+
+impl<'a> Retry<'a> {
+    fn new(what: &'static str, metrics: &'a Metrics) -> Self {
+        Self { what, metrics, backoff: Backoff::new() }
+    }
+
+    /// After a failure: true once it is time to try again, false when shut down meanwhile.
+    async fn after(&mut self, error: impl std::fmt::Display, stopped: &mut watch::Receiver<bool>) -> bool {
+        self.metrics.retries.inc();
+        tracing::error!(error = %error, "could not {}; retrying", self.what);
+        self.backoff.wait(stopped).await
+    }
+}

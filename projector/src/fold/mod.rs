@@ -1,0 +1,118 @@
+//! The projection itself, as pure logic: an aggregate's state, how each event changes it, and what the
+//! read model must hold for it afterwards. Nothing here touches Redis or Kafka; `store` writes what
+//! [`fold`] decides.
+
+mod outcome;
+mod participant;
+mod state;
+mod transcript;
+
+use shared::events::{Body, Role};
+use shared::{Event, Participant, VideoObject};
+
+pub use outcome::{IndexChange, Outcome, TranscriptChange};
+pub use state::{State, StudyStatus};
+pub use transcript::HEADER as TRANSCRIPT_HEADER;
+
+/// What became of one event in a fold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    /// The next event of its aggregate: applied.
+    Applied,
+    /// Applied after a jump in sequence (an event in between never arrived, or not yet).
+    Gap,
+    /// At or below the sequence already applied: changes nothing.
+    Duplicate,
+}
+
+/// Applies `events` (one aggregate's, in arrival order, all of its organization) to `state` last applied
+/// at `sequence`, and says what became of each event. Events at or below the applied sequence are
+/// duplicates and change nothing; a jump in sequence is a gap, applied and counted.
+pub fn fold(aggregate_id: &str, mut sequence: u64, mut state: State, events: &[&Event]) -> (Outcome, Vec<Verdict>) {
+    let mut verdicts = Vec::with_capacity(events.len());
+    let mut cues = String::new();
+    for event in events {
+        let envelope = &event.envelope;
+        if envelope.sequence <= sequence {
+            verdicts.push(Verdict::Duplicate);
+            continue;
+        }
+        if envelope.sequence > sequence + 1 {
+            verdicts.push(Verdict::Gap);
+            tracing::warn!(aggregate = aggregate_id, expected = sequence + 1, got = envelope.sequence, "sequence gap");
+        } else {
+            verdicts.push(Verdict::Applied);
+        }
+        sequence = envelope.sequence;
+        apply(&mut state, event, &mut cues);
+    }
+    (outcome::outcome(aggregate_id, sequence, state, cues), verdicts)
+}
+
+fn apply(state: &mut State, event: &Event, cues: &mut String) {
+    let at = event.envelope.occurred_at;
+    match state {
+        State::Study(study) => {
+            study.updated_at = Some(at);
+            study.created_at.get_or_insert(at);
+            match &event.body {
+                Body::StudyCreated { internal_title } => {
+                    study.title = internal_title.clone();
+                    study.created_at = Some(at);
+                    study.status = StudyStatus::Draft;
+                }
+                Body::StudyRetitled { internal_title } => study.title = internal_title.clone(),
+                Body::StudyLaunched | Body::StudyReopened => study.status = StudyStatus::InProgress,
+                Body::StudyCompleted { completed_at } => {
+                    study.status = StudyStatus::Completed;
+                    study.completed_at = Some(*completed_at);
+                }
+                Body::StudyDeleted => study.deleted = true,
+                _ => {}
+            }
+        }
+        State::Interview(interview) => {
+            interview.updated_at = Some(at);
+            interview.created_at.get_or_insert(at);
+            match &event.body {
+                Body::InterviewStarted { study_id } => {
+                    interview.created_at = Some(at);
+                    interview.study_id.get_or_insert_with(|| study_id.clone());
+                }
+                Body::ParticipantIdentified(p) => {
+                    interview.participant = Some(Participant {
+                        id: p.participant_id.clone(),
+                        name: participant::display_name(p.first_name.as_deref(), p.last_name.as_deref()),
+                    })
+                }
+                Body::MessageRecorded(m) if m.role == Role::Participant && !interview.deleted => {
+                    cues.push_str(&transcript::cue(&m.text, m.start_seconds, m.end_seconds));
+                }
+                Body::FacetsUpdated { facets } => interview.facets = facets.clone(),
+                Body::VideoStored { bucket, key } => {
+                    interview.video = Some(VideoObject { bucket: bucket.clone(), key: key.clone() })
+                }
+                Body::VideoDeleted => interview.video = None,
+                Body::InterviewCompleted => interview.completed = true,
+                Body::InterviewHidden => interview.hidden = true,
+                Body::InterviewUnhidden => interview.hidden = false,
+                Body::InterviewDeleted => {
+                    interview.deleted = true;
+                    cues.clear();
+                }
+                _ => {}
+            }
+        }
+        State::ApiKey(key) => match &event.body {
+            Body::ApiKeyCreated { name, key_sha256 } => {
+                key.name = name.clone();
+                key.sha256 = Some(key_sha256.clone());
+            }
+            Body::ApiKeyDeleted => key.deleted = true,
+            _ => {}
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,8 @@
+//! What the projector tells its operators while it runs: one Prometheus registry of counters, gauges and
+//! histograms, and the small HTTP server of `/metrics`, `/healthz` and `/readyz`.
+
+mod http;
+mod metrics;
+
+pub use http::{start as serve_http, Health};
+pub use metrics::{now, Counts, Metrics, Outcome, PartitionLabels, Tally};

@@ -1,0 +1,86 @@
+//! The operator's commands, one file each, and the command line that names them. All of the projector's
+//! printing lives here; the library below only returns what it found or did.
+
+mod digest;
+mod dlq;
+mod rebuild;
+mod status;
+
+use clap::{Parser, Subcommand};
+
+use crate::config::Config;
+use crate::Error;
+
+/// The command line: the projector's configuration, and what to do (by default, project).
+#[derive(Debug, Parser)]
+#[command(
+    name = "projector",
+    version,
+    about = "Projects study, interview and API-key events from Kafka into the Redis read model."
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub config: Config,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum Command {
+    /// Project live events (the default).
+    Run,
+    /// Rebuild the read model into a new generation by replaying every topic from its earliest offset,
+    /// while the current generation keeps serving; switch to it once caught up.
+    Rebuild {
+        /// Seconds to keep the old generation after the switch, for requests still reading it.
+        #[arg(long, env = "REBUILD_GRACE_SECS", default_value_t = 60)]
+        grace_secs: u64,
+        /// Messages behind the end of the topics at which the handover starts.
+        #[arg(long, env = "REBUILD_HANDOVER_LAG", default_value_t = 1000)]
+        handover_lag: i64,
+        /// Seconds to wait for every live projector to pause before retrying the handover later.
+        #[arg(long, env = "REBUILD_HANDOVER_TIMEOUT_SECS", default_value_t = 30)]
+        handover_timeout_secs: u64,
+        /// Seconds to wait for the rebuild lock (a rebuild that died releases it within 10 s).
+        #[arg(long, env = "REBUILD_LOCK_WAIT_SECS", default_value_t = 15)]
+        lock_wait_secs: u64,
+    },
+    /// Print a canonical, order-independent digest of a generation (by default the active one).
+    Digest {
+        /// The generation to digest.
+        #[arg(long)]
+        generation: Option<u64>,
+    },
+    /// Print the active and building generations, live projectors, lag per partition, dead-letter depth.
+    Status,
+    /// List dead letters with their reasons, or replay them through the projector.
+    Dlq {
+        #[command(subcommand)]
+        action: DlqAction,
+    },
+}
+
+#[derive(Debug, Clone, Subcommand)]
+pub enum DlqAction {
+    /// Print every dead letter: topic, offset, key, reason.
+    List,
+    /// Publish every dead letter not replayed yet back to its original topic; one still bad returns to
+    /// the dead-letter topic with its reason.
+    Replay,
+}
+
+/// Does what the command line says, printing what an operator asked for.
+pub async fn run(cli: Cli) -> Result<(), Error> {
+    let config = cli.config;
+    match cli.command.unwrap_or(Command::Run) {
+        Command::Run => crate::run(config, shared::process::shutdown_signal()).await,
+        Command::Rebuild { grace_secs, handover_lag, handover_timeout_secs, lock_wait_secs } => {
+            let options = rebuild::options(grace_secs, handover_lag, handover_timeout_secs, lock_wait_secs);
+            rebuild::run(config, options).await
+        }
+        Command::Digest { generation } => digest::run(&config, generation).await,
+        Command::Status => status::run(&config).await,
+        Command::Dlq { action: DlqAction::List } => dlq::list(&config),
+        Command::Dlq { action: DlqAction::Replay } => dlq::replay(&config).await,
+    }
+}

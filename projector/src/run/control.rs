@@ -1,0 +1,59 @@
+//! How live projectors and a rebuild coordinate through Redis, with no other channel between them.
+//!
+//! Every live projector reports itself ([`super::members`]) and reads the active generation and the
+//! rebuild's phase a few times a second. When a
+//! rebuild reaches its `handover` phase, each live projector commits what it applied and pauses; once
+//! every live projector is paused, the rebuild catches up with their committed offsets and switches the
+//! active generation; each live projector then follows it and resumes from its committed offsets. If the
+//! rebuild dies during the handover (its lock expires), live projectors resume on their old generation.
+
+use redis::aio::ConnectionLike;
+use redis::RedisResult;
+use shared::Keyspace;
+
+/// The phases of a rebuild, as stored in `P:rebuild`.
+pub const BUILDING: &str = "building";
+pub const HANDOVER: &str = "handover";
+
+/// What a live projector reads.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Signals {
+    pub active: Option<u64>,
+    /// The generation a live rebuild is handing over to.
+    pub handover: Option<u64>,
+}
+
+/// The state of the running rebuild, if any.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RebuildState {
+    pub generation: Option<u64>,
+    pub group: Option<String>,
+    pub phase: Option<String>,
+    pub locked: bool,
+}
+
+/// The fields of `P:rebuild` as read.
+type RebuildFields = (Option<u64>, Option<String>, Option<String>);
+
+pub async fn rebuild_state<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<RebuildState> {
+    // Two commands, not one pipeline: the keys sit in different slots of a cluster.
+    let (generation, group, phase): RebuildFields = redis::cmd("HMGET")
+        .arg(Keyspace::rebuild(prefix))
+        .arg("generation")
+        .arg("group")
+        .arg("phase")
+        .query_async(conn)
+        .await?;
+    let locked: bool = redis::cmd("EXISTS").arg(Keyspace::rebuild_lock(prefix)).query_async(conn).await?;
+    Ok(RebuildState { generation, group, phase, locked })
+}
+
+pub async fn signals<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<Signals> {
+    let active: Option<u64> = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await?;
+    let rebuild = rebuild_state(conn, prefix).await?;
+    let handover = match (rebuild.phase.as_deref(), rebuild.locked) {
+        (Some(HANDOVER), true) => rebuild.generation,
+        _ => None,
+    };
+    Ok(Signals { active, handover })
+}

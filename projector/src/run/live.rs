@@ -1,0 +1,150 @@
+//! The live projector: batch after batch, and every 250 ms the housekeeping that keeps several instances
+//! and a rebuild in step: follow the active generation, pause for a rebuild's handover, report itself
+//! and take its share of the partitions.
+
+use std::time::{Duration, Instant};
+
+use shared::connection::Connection;
+use tokio::sync::watch;
+
+use super::control::{self, Signals};
+use super::members::{self, Instance};
+use super::Projector;
+use crate::batch::Step;
+use crate::observe::now;
+use crate::Error;
+
+/// How often a live projector reads the control keys and reports itself.
+const CHECK_EVERY: Duration = Duration::from_millis(250);
+
+pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -> Result<(), Error> {
+    let id = uuid::Uuid::new_v4().to_string();
+    let mut conn = projector.conn();
+    let mut last_check: Option<Instant> = None;
+    loop {
+        if last_check.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
+            last_check = Some(Instant::now());
+            if !housekeeping(&mut projector, &mut conn, &id, &mut stopped).await? {
+                break;
+            }
+        }
+        if projector.step(&mut stopped, CHECK_EVERY).await == Step::Stopped {
+            tracing::info!("stopping before the batch in hand was applied; it will be applied again");
+            break;
+        }
+        if *stopped.borrow() {
+            break;
+        }
+    }
+    projector.source.commit_applied();
+    let _ = members::leave(&mut conn, &projector.config.key_prefix, &id).await;
+    tracing::info!(counts = ?projector.metrics.counts(), "projector stopped");
+    Ok(())
+}
+
+/// Follows the active generation, pauses for a handover, reports this instance and takes its share of
+/// the partitions. False when shut down during a pause.
+async fn housekeeping(
+    projector: &mut Projector,
+    conn: &mut Connection,
+    id: &str,
+    stopped: &mut watch::Receiver<bool>,
+) -> Result<bool, Error> {
+    let prefix = projector.config.key_prefix.clone();
+    let follow = projector.config.generation.is_none();
+    match control::signals(conn, &prefix).await {
+        Ok(Signals { active, handover }) => {
+            if let Some(active) = active.filter(|a| follow && *a > projector.generation()) {
+                projector.switch_generation(active);
+            }
+            if let Some(target) = handover.filter(|t| follow && *t != projector.generation()) {
+                if !pause(projector, conn, id, target, stopped).await {
+                    return Ok(false);
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not read the control keys"),
+    }
+    match members::report(conn, &prefix, id, &instance(projector, false)).await {
+        Ok(live) => {
+            let group = &projector.config.group_id;
+            let mut members: Vec<String> =
+                live.into_iter().filter(|(_, i)| &i.group == group).map(|(id, _)| id).collect();
+            if !members.iter().any(|m| m == id) {
+                members.push(id.to_string());
+            }
+            if let Err(e) = take_share(projector, id, &members) {
+                tracing::warn!(error = %e, "could not take this projector's share of the partitions");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not report this projector or read the others"),
+    }
+    Ok(true)
+}
+
+/// Reads the partitions that are this instance's share among the live `members` of its group.
+fn take_share(projector: &mut Projector, id: &str, members: &[String]) -> Result<(), Error> {
+    let all = projector.source.partitions()?;
+    let (count, share) = (all.len(), members::share(id, members, all));
+    let taken = share.len();
+    if projector.source.assign(share)? {
+        tracing::info!(
+            partitions = taken,
+            of = count,
+            instances = members.len(),
+            "reading a new share of the partitions"
+        );
+    }
+    Ok(())
+}
+
+/// Commits what was applied and waits while a rebuild hands over to `target`; follows the switch when it
+/// happens. False when shut down meanwhile.
+async fn pause(
+    projector: &mut Projector,
+    conn: &mut Connection,
+    id: &str,
+    target: u64,
+    stopped: &mut watch::Receiver<bool>,
+) -> bool {
+    projector.source.commit_applied();
+    let prefix = projector.config.key_prefix.clone();
+    tracing::info!(target, "paused for a rebuild's handover");
+    loop {
+        if let Err(e) = members::report(conn, &prefix, id, &instance(projector, true)).await {
+            tracing::warn!(error = %e, "could not report this projector's state");
+        }
+        tokio::select! {
+            _ = stopped.wait_for(|stop| *stop) => return false,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        let signals = match control::signals(conn, &prefix).await {
+            Ok(signals) => signals,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the control keys");
+                continue;
+            }
+        };
+        if signals.active == Some(target) {
+            projector.switch_generation(target);
+            break;
+        }
+        if signals.handover != Some(target) {
+            tracing::warn!(target, "the handover ended without a switch; resuming on the current generation");
+            break;
+        }
+    }
+    tracing::info!(generation = projector.generation(), "resumed");
+    true
+}
+
+fn instance(projector: &Projector, paused: bool) -> Instance {
+    Instance {
+        group: projector.config.group_id.clone(),
+        generation: projector.generation(),
+        paused,
+        heartbeat: now(),
+        last_progress: projector.metrics.heartbeat.get(),
+        partitions: projector.source.assigned_partitions(),
+    }
+}

@@ -1,0 +1,236 @@
+//! `projector rebuild`: the read model rebuilt by replaying every topic from its earliest offset into a
+//! new generation, beside the live one, which keeps serving and keeps receiving live events.
+//!
+//! One rebuild at a time: it holds `P:rebuild-lock` (a TTL it keeps renewing). Its state lives in
+//! `P:rebuild`, and its progress in its own consumer group, so an interrupted rebuild resumes where it
+//! stopped; if its generation lost its data meanwhile (a Redis restart), it starts over in a new one.
+//! It reads every partition itself (no group membership to share them with), from its group's committed
+//! offsets. Once within `handover_lag` messages of the end of every partition, it hands over (see
+//! [`super::handover`]). The old generation is deleted after a grace period with `UNLINK`, in batches.
+//! A generation is never made active before it has caught up.
+//!
+//! What it does is told as [`Notice`]s, which the operator command prints.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use shared::connection::Connection;
+use shared::Keyspace;
+use tokio::sync::watch;
+
+use super::{control, handover, Projector};
+use crate::batch::Step;
+use crate::config::Config;
+use crate::observe::now;
+use crate::store::{self, Digest};
+use crate::Error;
+
+/// How the rebuild behaves; see `projector rebuild --help`.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub grace: Duration,
+    pub handover_lag: i64,
+    pub handover_timeout: Duration,
+    pub lock_wait: Duration,
+}
+
+/// What a rebuild tells its operator as it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Notice {
+    WaitingForLock { lock: String },
+    Resuming { generation: u64 },
+    StartingOver { lost: u64 },
+    Building { generation: u64, active: u64 },
+    Remaining { generation: u64, messages: i64 },
+    HandoverPostponed { running: usize },
+    Switched { generation: u64, old: u64, digest: Digest },
+    Deleted { generation: u64, keys: usize },
+}
+
+impl std::fmt::Display for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Notice::WaitingForLock { lock } => {
+                write!(f, "waiting for {lock}: another rebuild holds it (a rebuild that died releases it within 10 s)")
+            }
+            Notice::Resuming { generation } => write!(f, "resuming the interrupted rebuild of generation {generation}"),
+            Notice::StartingOver { lost } => {
+                write!(f, "starting over: the interrupted rebuild's generation {lost} lost its data")
+            }
+            Notice::Building { generation, active } => {
+                write!(f, "rebuilding into generation {generation} (active: {active})")
+            }
+            Notice::Remaining { generation, messages } => {
+                write!(f, "generation {generation}: {messages} messages to go")
+            }
+            Notice::HandoverPostponed { running } => {
+                write!(f, "handover postponed: {running} live projector(s) did not pause")
+            }
+            Notice::Switched { generation, old, digest } => {
+                write!(f, "switched to generation {generation} (was {old}); digest {digest}")
+            }
+            Notice::Deleted { generation, keys } => write!(f, "deleted generation {generation} ({keys} keys)"),
+        }
+    }
+}
+
+/// Where a rebuild's notices go.
+pub type Notify<'a> = &'a (dyn Fn(Notice) + Send + Sync);
+
+const LOCK_TTL_MS: u64 = 10_000;
+/// How often a rebuild that is still reading full batches measures how far it is from the end.
+const MEASURE_LAG_EVERY: Duration = Duration::from_secs(1);
+const RENEW: &str =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
+const NEXT: &str = "local n = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ARGV[1])) + 1 redis.call('SET', KEYS[1], n) return n";
+
+/// Rebuilds, switches, and deletes the old generation after the grace period. Returns the new generation,
+/// or `None` when shut down first (the next rebuild resumes).
+pub async fn run(
+    config: Config,
+    options: Options,
+    mut stopped: watch::Receiver<bool>,
+    notify: Notify<'_>,
+) -> Result<Option<u64>, Error> {
+    let prefix = config.key_prefix.clone();
+    let Some(mut conn) = store::connect(&config, &mut stopped).await else { return Ok(None) };
+    let token = uuid::Uuid::new_v4().to_string();
+    let lock = Keyspace::rebuild_lock(&prefix);
+    let deadline = Instant::now() + options.lock_wait;
+    loop {
+        let acquired: bool = redis::cmd("SET")
+            .arg(&lock)
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(LOCK_TTL_MS)
+            .query_async(&mut conn)
+            .await?;
+        if acquired {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::Refused(format!("another rebuild is running: {lock} is held")));
+        }
+        notify(Notice::WaitingForLock { lock: lock.clone() });
+        tokio::select! {
+            _ = stopped.wait_for(|stop| *stop) => return Ok(None),
+            _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+        }
+    }
+    let renewal = tokio::spawn(renew(conn.clone(), lock.clone(), token.clone()));
+    let result = rebuild(&config, &options, &mut conn, &mut stopped, notify).await;
+    renewal.abort();
+    let _: Result<i64, _> = redis::Script::new(RELEASE).key(&lock).arg(&token).invoke_async(&mut conn).await;
+    let Some((generation, old)) = result? else { return Ok(None) };
+    tokio::select! {
+        _ = stopped.wait_for(|stop| *stop) => {}
+        _ = tokio::time::sleep(options.grace) => {}
+    }
+    let keys = store::delete_generation(&mut conn, &Keyspace::new(prefix, old)).await?;
+    notify(Notice::Deleted { generation: old, keys });
+    Ok(Some(generation))
+}
+
+async fn renew(mut conn: Connection, lock: String, token: String) {
+    loop {
+        tokio::time::sleep(Duration::from_millis(LOCK_TTL_MS / 4)).await;
+        let renewed: redis::RedisResult<i64> =
+            redis::Script::new(RENEW).key(&lock).arg(&token).arg(LOCK_TTL_MS).invoke_async(&mut conn).await;
+        if let Err(e) = renewed {
+            tracing::warn!(error = %e, "could not renew the rebuild lock");
+        }
+    }
+}
+
+/// The generation to build into and its consumer group: the interrupted rebuild's, if its generation
+/// still has its data, or a new one.
+async fn target(config: &Config, conn: &mut Connection, old: u64, notify: Notify<'_>) -> Result<(u64, String), Error> {
+    let prefix = &config.key_prefix;
+    let state = control::rebuild_state(conn, prefix).await?;
+    let resumable = match state.generation {
+        Some(g) if g != old => conn.exists::<_, bool>(Keyspace::new(prefix.clone(), g).meta()).await?,
+        _ => false,
+    };
+    if let (Some(generation), Some(group), true) = (state.generation, state.group.clone(), resumable) {
+        notify(Notice::Resuming { generation });
+        return Ok((generation, group));
+    }
+    if let Some(lost) = state.generation {
+        notify(Notice::StartingOver { lost });
+        store::delete_generation(conn, &Keyspace::new(prefix.clone(), lost)).await?;
+    }
+    let generation: u64 =
+        redis::Script::new(NEXT).key(Keyspace::generation_counter(prefix)).arg(old).invoke_async(conn).await?;
+    let group = format!("{}-rebuild-g{generation}", config.group_id);
+    let started = now().to_string();
+    let meta = Keyspace::new(prefix.clone(), generation).meta();
+    let _: () = conn.hset_multiple(&meta, &[("started", started.as_str()), ("group", group.as_str())]).await?;
+    notify(Notice::Building { generation, active: old });
+    Ok((generation, group))
+}
+
+/// Builds the new generation and switches to it; `(new, old)`.
+async fn rebuild(
+    config: &Config,
+    options: &Options,
+    conn: &mut Connection,
+    stopped: &mut watch::Receiver<bool>,
+    notify: Notify<'_>,
+) -> Result<Option<(u64, u64)>, Error> {
+    let prefix = &config.key_prefix;
+    let old = store::active_generation(conn, prefix).await?;
+    let (generation, group) = target(config, conn, old, notify).await?;
+    let rebuild_key = Keyspace::rebuild(prefix);
+    let fields =
+        [("generation", generation.to_string()), ("group", group.clone()), ("phase", control::BUILDING.into())];
+    let _: () = conn.hset_multiple(&rebuild_key, &fields).await?;
+
+    let mut build_config = config.clone();
+    build_config.group_id = group;
+    build_config.generation = Some(generation);
+    let Some(mut projector) = Projector::connect(build_config, stopped.clone()).await? else { return Ok(None) };
+    let everything = projector.source.partitions()?.iter().cloned().collect();
+    projector.source.assign(everything)?;
+    let rebuilding = Arc::new(AtomicBool::new(true));
+    projector.serve_http(rebuilding.clone()).await;
+    let mut last_report = Instant::now();
+    let mut last_measured: Option<Instant> = None;
+    let full = Step::Applied(config.batch_size as usize);
+    loop {
+        let stepped = projector.step(stopped, Duration::from_millis(200)).await;
+        if stepped == Step::Stopped {
+            return Ok(None);
+        }
+        // The exact lag takes a broker round trip per partition: measure it once a second while full
+        // batches keep coming, and after every short batch or empty poll, where the end may be near.
+        if stepped == full && last_measured.is_some_and(|at| at.elapsed() < MEASURE_LAG_EVERY) {
+            continue;
+        }
+        last_measured = Some(Instant::now());
+        let Some(remaining) = projector.source.exact_lag() else { continue };
+        projector.metrics.rebuild_remaining.set(remaining);
+        if last_report.elapsed() > Duration::from_secs(5) {
+            notify(Notice::Remaining { generation, messages: remaining });
+            last_report = Instant::now();
+        }
+        if remaining <= options.handover_lag {
+            if handover::run(config, options, conn, &mut projector, stopped, notify).await? {
+                break;
+            }
+            if *stopped.borrow() {
+                return Ok(None);
+            }
+        }
+    }
+    rebuilding.store(false, Ordering::Relaxed);
+    projector.metrics.rebuild_remaining.set(0);
+    projector.source.commit_applied();
+    let _: () = conn.del(&rebuild_key).await?;
+    let digest = Digest::of(conn, &Keyspace::new(prefix.clone(), generation)).await?;
+    notify(Notice::Switched { generation, old, digest });
+    Ok(Some((generation, old)))
+}

@@ -1,0 +1,162 @@
+//! The consumer and producer as librdkafka sees them: client settings, the context that turns
+//! librdkafka's statistics into lag gauges, and batches of messages.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::producer::FutureProducer;
+use rdkafka::statistics::Statistics;
+use rdkafka::{ClientConfig, ClientContext};
+use shared::Topic;
+use tokio::time::Instant;
+
+use super::{Partition, Record};
+use crate::config::Config;
+use crate::observe::{now, Metrics, PartitionLabels};
+
+/// The consumer's context: it turns librdkafka's statistics (once a second, from its own fetches, with no
+/// extra request to the broker) into the lag gauges.
+pub struct Context {
+    metrics: Arc<Metrics>,
+    /// Timestamp (ms) of the last message read from each partition, for the lag in seconds.
+    last_timestamp: Mutex<HashMap<Partition, i64>>,
+}
+
+impl ClientContext for Context {
+    fn stats(&self, statistics: Statistics) {
+        let now_ms = (now() * 1000.0) as i64;
+        let last = self.last_timestamp.lock().expect("lag timestamps");
+        let mut total = 0;
+        for (name, topic) in &statistics.topics {
+            for (id, p) in &topic.partitions {
+                if *id < 0 || !p.desired {
+                    continue;
+                }
+                let lag = match (p.consumer_lag, p.hi_offset, p.committed_offset) {
+                    (lag, _, _) if lag >= 0 => lag,
+                    (_, high, committed) if high >= 0 && committed >= 0 => (high - committed).max(0),
+                    (_, high, _) if high >= 0 => high - p.lo_offset.max(0),
+                    _ => continue,
+                };
+                total += lag;
+                let labels = PartitionLabels { topic: name.clone(), partition: *id };
+                self.metrics.lag_messages.get_or_create(&labels).set(lag);
+                let age = match (lag, last.get(&Partition::new(name, *id))) {
+                    (0, _) | (_, None) => 0.0,
+                    (_, Some(ts)) => (now_ms - ts).max(0) as f64 / 1000.0,
+                };
+                self.metrics.lag_seconds.get_or_create(&labels).set(age);
+            }
+        }
+        self.metrics.set_measured_lag(total);
+    }
+}
+
+impl ConsumerContext for Context {
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        match rebalance {
+            Rebalance::Assign(list) => tracing::info!(partitions = list.count(), "partitions assigned by the group"),
+            Rebalance::Revoke(list) => tracing::info!(partitions = list.count(), "partitions revoked by the group"),
+            Rebalance::Error(e) => tracing::warn!(error = %e, "consumer group rebalance failed"),
+        }
+    }
+}
+
+pub type LiveConsumer = StreamConsumer<Context>;
+
+fn settings(config: &Config, group: &str) -> ClientConfig {
+    let mut settings = ClientConfig::new();
+    settings
+        .set("bootstrap.servers", &config.brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest");
+    settings
+}
+
+/// The consumer of the projection's group. It subscribes to nothing: the instances share the partitions
+/// themselves and assign them; the group id is where offsets are committed.
+pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsumer> {
+    let context = Context { metrics, last_timestamp: Mutex::default() };
+    settings(config, &config.group_id).set("statistics.interval.ms", "1000").create_with_context(context)
+}
+
+/// A consumer for reading offsets and watermarks of `group`, or for reading a topic by itself; it joins
+/// nothing.
+pub fn inspector(config: &Config, group: &str) -> KafkaResult<BaseConsumer> {
+    settings(config, group).create()
+}
+
+pub fn producer(config: &Config) -> KafkaResult<FutureProducer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", &config.brokers)
+        .set("message.timeout.ms", "30000")
+        .set("acks", "all")
+        .create()
+}
+
+/// Messages taken from the broker together, each with the contract topic it was read from.
+pub struct Batch(Vec<(Topic, OwnedMessage)>);
+
+impl Batch {
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Each message as the projection reads it.
+    pub fn records(&self) -> impl Iterator<Item = Record<'_>> {
+        self.0.iter().map(|(topic, m)| Record {
+            topic: *topic,
+            topic_name: m.topic(),
+            partition: m.partition(),
+            offset: m.offset(),
+            key: m.key(),
+            value: m.payload(),
+        })
+    }
+}
+
+/// Waits up to `idle` for one message, then takes whatever else arrives within `linger`, up to `max`
+/// messages. Empty when nothing arrived. A consumer error ends the wait early; it is logged, as
+/// librdkafka recovers from it by itself.
+pub async fn next_batch(
+    consumer: &LiveConsumer,
+    topics: &[String; 3],
+    max: usize,
+    linger: Duration,
+    idle: Duration,
+) -> Batch {
+    let mut batch = Vec::new();
+    let mut deadline = Instant::now() + idle;
+    while batch.len() < max {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(message)) => batch.push(message.detach()),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "kafka consumer error");
+                break;
+            }
+            Err(_) => break,
+        }
+        if batch.len() == 1 {
+            deadline = Instant::now() + linger;
+        }
+    }
+    let mut last = consumer.context().last_timestamp.lock().expect("lag timestamps");
+    for m in &batch {
+        if let Some(ts) = m.timestamp().to_millis() {
+            last.insert(Partition::new(m.topic(), m.partition()), ts);
+        }
+    }
+    // Only the three topics are ever assigned.
+    let of = |m: &OwnedMessage| Topic::ALL.into_iter().zip(topics).find(|(_, name)| *name == m.topic()).map(|(t, _)| t);
+    Batch(batch.into_iter().filter_map(|m| Some((of(&m)?, m))).collect())
+}

@@ -1,0 +1,173 @@
+//! Dead letters: messages set aside with the reason, listed for an operator, and replayed after a fix.
+//!
+//! A dead letter is the original message (key and value as they were) published to `<topic>.dlq`, with
+//! headers saying why and where it came from. A replay publishes each one back to its original topic,
+//! where it goes through the same rules as any message: one that is still bad returns to the dead-letter
+//! topic. Which dead letters were replayed is remembered as the offsets of the consumer group
+//! `<group>-dlq-replay`, so a replay never publishes the same dead letter twice.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::Offset;
+use shared::Topic;
+
+use super::offsets::{partition_list, partitions};
+use super::{consumer, Partition, Record};
+use crate::config::Config;
+
+const REASON: &str = "dlq-reason";
+const TOPIC: &str = "dlq-topic";
+const PARTITION: &str = "dlq-partition";
+const OFFSET: &str = "dlq-offset";
+const SUFFIX: &str = ".dlq";
+
+/// The dead-letter topic of a topic.
+pub fn dead_letter_topic(topic: &str) -> String {
+    format!("{topic}{SUFFIX}")
+}
+
+/// A message set aside: where it was, what it held, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    /// The topic, partition and offset the message was first read from.
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<Vec<u8>>,
+    pub value: Option<Vec<u8>>,
+    pub reason: String,
+}
+
+impl DeadLetter {
+    pub fn new(record: &Record<'_>, reason: String) -> Self {
+        Self {
+            topic: record.topic_name.to_string(),
+            partition: record.partition,
+            offset: record.offset,
+            key: record.key.map(<[u8]>::to_vec),
+            value: record.value.map(<[u8]>::to_vec),
+            reason,
+        }
+    }
+
+    fn record<'a>(&'a self, topic: &'a str) -> FutureRecord<'a, [u8], [u8]> {
+        let mut record = FutureRecord::to(topic);
+        if let Some(key) = &self.key {
+            record = record.key(key.as_slice());
+        }
+        if let Some(value) = &self.value {
+            record = record.payload(value.as_slice());
+        }
+        record
+    }
+}
+
+/// Writes every dead letter to its dead-letter topic and waits until the broker has them all.
+pub async fn write(producer: &FutureProducer, letters: &[DeadLetter]) -> Result<(), KafkaError> {
+    let sends = letters.iter().map(|letter| async move {
+        let topic = dead_letter_topic(&letter.topic);
+        let (partition, offset) = (letter.partition.to_string(), letter.offset.to_string());
+        let headers =
+            [(REASON, letter.reason.as_str()), (TOPIC, &letter.topic), (PARTITION, &partition), (OFFSET, &offset)]
+                .into_iter()
+                .fold(OwnedHeaders::new(), |headers, (key, value)| {
+                    headers.insert(Header { key, value: Some(value.as_bytes()) })
+                });
+        let record = letter.record(&topic).headers(headers);
+        producer.send(record, Duration::from_secs(10)).await.map(|_| ()).map_err(|(e, _)| e)
+    });
+    futures::future::try_join_all(sends).await.map(|_| ())
+}
+
+/// A dead letter as read back, with where it sits in its dead-letter topic.
+#[derive(Debug, Clone)]
+pub struct Listed {
+    pub at: Partition,
+    pub at_offset: i64,
+    pub letter: DeadLetter,
+}
+
+/// Reads the dead-letter topics from the group's committed offsets (or the beginning, unless
+/// `from_committed`) up to their ends as they were when reading began.
+fn read(consumer: &BaseConsumer, config: &Config, from_committed: bool) -> Result<Vec<Listed>, KafkaError> {
+    let mut start = HashMap::new();
+    let mut ends = HashMap::new();
+    for topic in Topic::ALL {
+        let dlq = dead_letter_topic(config.topic_name(topic));
+        for id in partitions(consumer, &dlq)? {
+            let (low, high) = consumer.fetch_watermarks(&dlq, id, Duration::from_secs(10))?;
+            start.insert(Partition::new(&dlq, id), low);
+            ends.insert(Partition::new(&dlq, id), high);
+        }
+    }
+    if from_committed {
+        let committed = consumer.committed_offsets(
+            partition_list(start.iter().map(|(p, o)| (p, Offset::Offset(*o))))?,
+            Duration::from_secs(10),
+        )?;
+        for element in committed.elements() {
+            if let Offset::Offset(o) = element.offset() {
+                start.insert(Partition::new(element.topic(), element.partition()), o);
+            }
+        }
+    }
+    let mut remaining: i64 = start.iter().map(|(p, o)| (ends[p] - o).max(0)).sum();
+    consumer.assign(&partition_list(start.iter().map(|(p, o)| (p, Offset::Offset(*o))))?)?;
+    let mut letters = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while remaining > 0 && std::time::Instant::now() < deadline {
+        let Some(message) = consumer.poll(Duration::from_millis(500)) else { continue };
+        let m = message?;
+        let at = Partition::new(m.topic(), m.partition());
+        if m.offset() >= ends[&at] {
+            continue;
+        }
+        remaining -= 1;
+        let header = |name: &str| {
+            let h = m.headers()?.iter().find(|h| h.key == name)?;
+            Some(String::from_utf8_lossy(h.value?).into_owned())
+        };
+        let letter = DeadLetter {
+            topic: header(TOPIC).unwrap_or_else(|| m.topic().strip_suffix(SUFFIX).unwrap_or(m.topic()).to_string()),
+            partition: header(PARTITION).and_then(|p| p.parse().ok()).unwrap_or(-1),
+            offset: header(OFFSET).and_then(|o| o.parse().ok()).unwrap_or(-1),
+            key: m.key().map(<[u8]>::to_vec),
+            value: m.payload().map(<[u8]>::to_vec),
+            reason: header(REASON).unwrap_or_default(),
+        };
+        letters.push(Listed { at, at_offset: m.offset(), letter });
+    }
+    Ok(letters)
+}
+
+/// Every dead letter.
+pub fn list(config: &Config) -> Result<Vec<Listed>, KafkaError> {
+    let consumer = consumer::inspector(config, &format!("{}-dlq-list", config.group_id))?;
+    tokio::task::block_in_place(|| read(&consumer, config, false))
+}
+
+/// Publishes every dead letter not replayed yet back to its original topic; returns how many.
+pub async fn replay(config: &Config) -> Result<usize, KafkaError> {
+    let consumer = consumer::inspector(config, &format!("{}-dlq-replay", config.group_id))?;
+    let letters = tokio::task::block_in_place(|| read(&consumer, config, true))?;
+    let producer = consumer::producer(config)?;
+    for listed in &letters {
+        let letter = &listed.letter;
+        producer.send(letter.record(&letter.topic), Duration::from_secs(10)).await.map_err(|(e, _)| e)?;
+    }
+    let mut next = BTreeMap::new();
+    for listed in &letters {
+        let entry = next.entry(&listed.at).or_insert(0);
+        *entry = (listed.at_offset + 1).max(*entry);
+    }
+    let done = partition_list(next.into_iter().map(|(p, o)| (p, Offset::Offset(o))))?;
+    if done.count() > 0 {
+        consumer.commit(&done, CommitMode::Sync)?;
+    }
+    Ok(letters.len())
+}

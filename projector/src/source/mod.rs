@@ -1,0 +1,201 @@
+//! Everything the projector says to the broker, and the only code that knows librdkafka: the consumer
+//! and its batches, which partitions it reads, the offsets it commits, how far behind it is, and the
+//! dead-letter topics. Offsets are only ever committed for messages already applied or set aside.
+
+mod consumer;
+mod dead_letter;
+mod offsets;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rdkafka::consumer::{CommitMode, Consumer};
+use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureProducer;
+use rdkafka::Offset;
+use shared::Topic;
+use tokio::sync::watch;
+
+pub use consumer::Batch;
+pub use dead_letter::{dead_letter_topic, list as list_dead_letters, replay as replay_dead_letters, DeadLetter};
+pub use offsets::Progress;
+
+use crate::config::Config;
+use crate::observe::Metrics;
+
+/// A partition of a topic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Partition {
+    pub topic: String,
+    pub partition: i32,
+}
+
+impl Partition {
+    pub fn new(topic: impl Into<String>, partition: i32) -> Self {
+        Self { topic: topic.into(), partition }
+    }
+}
+
+impl std::fmt::Display for Partition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
+/// One message, whatever delivered it.
+#[derive(Debug, Clone, Copy)]
+pub struct Record<'a> {
+    /// Which of the three topics, and its configured name.
+    pub topic: Topic,
+    pub topic_name: &'a str,
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+}
+
+/// How long the list of partitions is trusted before it is read again (partitions may be added).
+const PARTITIONS_TTL: Duration = Duration::from_secs(30);
+
+/// One projector's reader of the three topics and writer of their dead-letter topics.
+pub struct Source {
+    consumer: consumer::LiveConsumer,
+    producer: FutureProducer,
+    /// The configured names of the three topics, in the order of [`Topic::ALL`].
+    topics: [String; 3],
+    batch_size: usize,
+    linger: Duration,
+    /// One past the last message applied, per partition: what a synchronous commit re-commits.
+    applied: HashMap<Partition, i64>,
+    /// Every partition of the three topics, and when that list was last read from the broker.
+    partitions: Option<(Instant, Vec<Partition>)>,
+    /// The partitions assigned by the last [`Source::assign`].
+    assigned: BTreeSet<Partition>,
+}
+
+impl Source {
+    pub fn connect(config: &Config, metrics: Arc<Metrics>) -> Result<Self, KafkaError> {
+        Ok(Self {
+            consumer: consumer::consumer(config, metrics)?,
+            producer: consumer::producer(config)?,
+            topics: Topic::ALL.map(|t| config.topic_name(t).to_string()),
+            batch_size: config.batch_size as usize,
+            linger: config.linger(),
+            applied: HashMap::new(),
+            partitions: None,
+            assigned: BTreeSet::new(),
+        })
+    }
+
+    /// The next batch: waits at most `idle` for its first message. `None` when shut down meanwhile.
+    pub async fn next_batch(&self, stopped: &mut watch::Receiver<bool>, idle: Duration) -> Option<Batch> {
+        tokio::select! {
+            _ = stopped.wait_for(|stop| *stop) => None,
+            batch = consumer::next_batch(&self.consumer, &self.topics, self.batch_size, self.linger, idle) => Some(batch),
+        }
+    }
+
+    /// Writes dead letters and waits until the broker has them all.
+    pub async fn write_dead_letters(&self, letters: &[DeadLetter]) -> Result<(), KafkaError> {
+        dead_letter::write(&self.producer, letters).await
+    }
+
+    /// Commits a batch that was applied: asynchronously, or synchronously when `sync` (shutting down).
+    /// A failure is logged, not fatal: applying the batch again after a restart changes nothing.
+    pub fn commit(&mut self, batch: &Batch, sync: bool) {
+        let next = offsets::next_offsets(batch.records());
+        let mode = if sync { CommitMode::Sync } else { CommitMode::Async };
+        self.commit_offsets(next.iter().map(|(p, o)| (p, *o)), mode);
+        self.applied.extend(next);
+    }
+
+    /// Commits, synchronously, every offset applied so far (async commits may still be in flight).
+    pub fn commit_applied(&self) {
+        self.commit_offsets(self.applied.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
+    }
+
+    fn commit_offsets<'a>(&self, offsets: impl IntoIterator<Item = (&'a Partition, i64)>, mode: CommitMode) {
+        let list = match offsets::partition_list(offsets.into_iter().map(|(p, o)| (p, Offset::Offset(o)))) {
+            Ok(list) if list.count() > 0 => list,
+            Ok(_) => return,
+            Err(e) => return tracing::warn!(error = %e, "offsets to commit are not valid"),
+        };
+        if let Err(e) = self.consumer.commit(&list, mode) {
+            tracing::warn!(error = %e, "offset commit failed; the batch will be applied again after a restart");
+        }
+    }
+
+    /// One past the last message applied from a partition (0 when none was).
+    pub fn applied_offset(&self, partition: &Partition) -> i64 {
+        self.applied.get(partition).copied().unwrap_or(0)
+    }
+
+    /// Every partition of the three topics, read again from the broker every 30 s.
+    pub fn partitions(&mut self) -> Result<&[Partition], KafkaError> {
+        if self.partitions.as_ref().is_none_or(|(read, _)| read.elapsed() >= PARTITIONS_TTL) {
+            let mut all = Vec::new();
+            for topic in &self.topics {
+                let ids = tokio::task::block_in_place(|| offsets::partitions(&self.consumer, topic))?;
+                all.extend(ids.into_iter().map(|id| Partition::new(topic, id)));
+            }
+            self.partitions = Some((Instant::now(), all));
+        }
+        Ok(&self.partitions.as_ref().expect("partitions read above").1)
+    }
+
+    /// Reads `share` from the group's committed offsets (or the earliest); false when it is what this
+    /// consumer reads already. What was applied is committed first, so that an instance taking a
+    /// partition over starts where this one stopped.
+    pub fn assign(&mut self, share: BTreeSet<Partition>) -> Result<bool, KafkaError> {
+        if share == self.assigned {
+            return Ok(false);
+        }
+        self.commit_applied();
+        self.applied.retain(|partition, _| share.contains(partition));
+        self.consumer.assign(&offsets::partition_list(share.iter().map(|p| (p, Offset::Stored)))?)?;
+        self.assigned = share;
+        Ok(true)
+    }
+
+    /// How many partitions this consumer reads now.
+    pub fn assigned_partitions(&self) -> usize {
+        self.consumer.assignment().map(|list| list.count()).unwrap_or(0)
+    }
+
+    /// Messages behind the end of every assigned partition, asked of the broker (a round trip per
+    /// partition). `None` while nothing is assigned or a watermark is unknown.
+    pub fn exact_lag(&self) -> Option<i64> {
+        tokio::task::block_in_place(|| offsets::exact_lag(&self.consumer, &self.applied))
+    }
+
+    /// What this projector's own group has committed, per partition.
+    pub fn committed(&self) -> Result<HashMap<Partition, i64>, KafkaError> {
+        let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+        Ok(offsets::committed(tokio::task::block_in_place(|| offsets::progress(&self.consumer, &topics))?))
+    }
+}
+
+/// Where consumer group `group` stands on every partition of the three topics.
+pub fn group_progress(config: &Config, group: &str) -> Result<Vec<Progress>, KafkaError> {
+    let names: Vec<&str> = Topic::ALL.iter().map(|t| config.topic_name(*t)).collect();
+    let inspector = consumer::inspector(config, group)?;
+    tokio::task::block_in_place(|| offsets::progress(&inspector, &names))
+}
+
+/// What consumer group `group` has committed, per partition of the three topics.
+pub fn group_committed(config: &Config, group: &str) -> Result<HashMap<Partition, i64>, KafkaError> {
+    Ok(offsets::committed(group_progress(config, group)?))
+}
+
+/// Messages waiting in each dead-letter topic.
+pub fn dead_letter_depths(config: &Config) -> Result<Vec<(String, i64)>, KafkaError> {
+    let inspector = consumer::inspector(config, &config.group_id)?;
+    let mut depths = Vec::new();
+    for topic in Topic::ALL {
+        let dlq = dead_letter_topic(config.topic_name(topic));
+        let depth = tokio::task::block_in_place(|| offsets::depth(&inspector, &dlq))?;
+        depths.push((dlq, depth));
+    }
+    Ok(depths)
+}

@@ -1,0 +1,59 @@
+//! Generations of the read model as a whole: connecting to the Redis that holds them, which one is
+//! active, every key of one, and deleting one.
+
+use redis::aio::ConnectionLike;
+use shared::connection::Connection;
+use shared::Keyspace;
+use tokio::sync::watch;
+
+use crate::backoff::Backoff;
+use crate::config::Config;
+
+/// Connects to the read model's Redis, waiting for it with backoff. `None` when shut down meanwhile.
+pub async fn connect(config: &Config, stopped: &mut watch::Receiver<bool>) -> Option<Connection> {
+    let (target, settings) = (config.redis_target(), config.redis_settings());
+    let mut backoff = Backoff::new();
+    loop {
+        match Connection::connect(&target, settings).await {
+            Ok(conn) => return Some(conn),
+            Err(e) => {
+                tracing::warn!(error = %e, "redis is not reachable yet");
+                if !backoff.wait(stopped).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// The generation the projector writes to: the active one, which is set to 1 if there is none yet.
+pub async fn active_generation<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> redis::RedisResult<u64> {
+    let key = Keyspace::active_generation(prefix);
+    let (generation,): (u64,) =
+        redis::pipe().cmd("SET").arg(&key).arg(1).arg("NX").ignore().cmd("GET").arg(&key).query_async(conn).await?;
+    Ok(generation)
+}
+
+/// Every key of the generation, by SCAN (over every primary of a cluster).
+pub async fn generation_keys(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<Vec<String>> {
+    conn.scan(&keys.pattern()).await
+}
+
+/// Deletes every key of a generation with UNLINK, a batch at a time, so Redis never blocks on it; returns
+/// how many keys there were.
+pub async fn delete_generation(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<usize> {
+    let names = generation_keys(conn, keys).await?;
+    for chunk in names.chunks(500) {
+        // One UNLINK per key: keys of different organizations may sit in different slots.
+        let unlinks: Vec<redis::Cmd> = chunk.iter().map(|name| one("UNLINK", name)).collect();
+        conn.query_all(&unlinks).await?;
+    }
+    Ok(names.len())
+}
+
+/// A command of one key.
+pub(super) fn one(name: &str, key: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd(name);
+    cmd.arg(key);
+    cmd
+}

@@ -1,0 +1,250 @@
+//! The Redis side of the projector: applies groups of events to the read model, a few pipelined round
+//! trips per batch and one atomic script per aggregate in its organization's slot, so no reader and no
+//! crash sees half an event. Also the generations' bookkeeping and the digest.
+//!
+//! Per batch: (1) record each aggregate's organization (`SET NX GET`, the first one wins) and read its
+//! state; (2) fold the events in memory ([`crate::fold`]); (3) write each aggregate with the script
+//! ([`write`]), which checks the stored sequence is still the one the fold started from. A mismatch
+//! (another instance applied events meanwhile, e.g. during a rebalance) re-reads and re-folds that
+//! aggregate.
+
+mod digest;
+mod generation;
+mod write;
+
+use redis::{Cmd, Value};
+use shared::connection::Connection;
+use shared::{Event, Keyspace, Topic};
+
+pub use digest::Digest;
+pub use generation::{active_generation, connect, delete_generation, generation_keys};
+
+use crate::fold::{fold, State};
+use crate::observe::Outcome;
+use write::{Write, WriteScript, Written};
+
+/// How many times one batch re-reads an aggregate that changed under it before giving up.
+const MAX_ATTEMPTS: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("redis: {0}")]
+    Redis(#[from] redis::RedisError),
+    #[error("unexpected reply from redis: {0}")]
+    Reply(#[from] redis::ParsingError),
+    #[error("stored state of {key} is unreadable: {reason}")]
+    CorruptState { key: String, reason: String },
+    #[error("aggregate {0} kept changing under the projector")]
+    Contended(String),
+}
+
+/// The events of one aggregate within a batch, in arrival order.
+#[derive(Debug)]
+pub struct Group<'a> {
+    pub topic: Topic,
+    pub aggregate_id: &'a str,
+    pub events: Vec<&'a Event>,
+}
+
+/// What became of each event of a batch: its topic, its type and its outcome.
+pub type Applied<'a> = Vec<(Topic, &'a str, Outcome)>;
+
+pub struct Store {
+    conn: Connection,
+    keys: Keyspace,
+    write: WriteScript,
+}
+
+struct Pending<'a> {
+    group: &'a Group<'a>,
+    org: &'a str,
+    events: Vec<&'a Event>,
+    loaded: Option<(u64, State)>,
+}
+
+/// Records what became of each of `events`.
+fn record<'a>(topic: Topic, events: &[&'a Event], outcome: impl Fn(usize) -> Outcome, applied: &mut Applied<'a>) {
+    applied.extend(events.iter().enumerate().map(|(i, e)| (topic, e.envelope.kind.as_str(), outcome(i))));
+}
+
+impl Store {
+    pub fn new(conn: Connection, keys: Keyspace) -> Self {
+        Self { conn, keys, write: WriteScript::new() }
+    }
+
+    pub fn keys(&self) -> &Keyspace {
+        &self.keys
+    }
+
+    pub fn set_generation(&mut self, generation: u64) {
+        self.keys = self.keys.at(generation);
+    }
+
+    /// The connection, for the few reads and writes outside the apply path.
+    pub fn conn(&self) -> Connection {
+        self.conn.clone()
+    }
+
+    /// Applies every group; on error nothing is lost: applying the same batch again is idempotent.
+    pub async fn apply<'a>(&mut self, groups: &'a [Group<'a>]) -> Result<Applied<'a>, StoreError> {
+        let mut applied = Vec::new();
+        if groups.is_empty() {
+            // A batch of only poison messages or unknown types: nothing to write (and an empty pipeline
+            // is an error in the client).
+            return Ok(applied);
+        }
+        let mut pending = self.resolve_owners(groups, &mut applied).await?;
+        for _ in 0..MAX_ATTEMPTS {
+            if pending.is_empty() {
+                return Ok(applied);
+            }
+            self.load_missing(&mut pending).await?;
+            pending = self.write(pending, &mut applied).await?;
+        }
+        match pending.first() {
+            Some(p) => Err(StoreError::Contended(p.group.aggregate_id.to_string())),
+            None => Ok(applied),
+        }
+    }
+
+    /// Records the organization of every aggregate (first one wins) and reads the state of those whose
+    /// first event belongs to it, in one round trip. Events of another organization are refused.
+    async fn resolve_owners<'a>(
+        &mut self,
+        groups: &'a [Group<'a>],
+        applied: &mut Applied<'a>,
+    ) -> Result<Vec<Pending<'a>>, StoreError> {
+        let mut commands = Vec::with_capacity(groups.len() * 2);
+        for group in groups {
+            let first = &group.events[0].envelope.organization_id;
+            let mut set = redis::cmd("SET");
+            set.arg(self.keys.owner(group.topic, group.aggregate_id)).arg(first).arg("NX").arg("GET");
+            commands.push(set);
+            commands.push(hmget_state(self.state_key(group, first)));
+        }
+        let replies = self.query(&commands).await?;
+        let mut pending = Vec::with_capacity(groups.len());
+        for (group, pair) in groups.iter().zip(replies.chunks(2)) {
+            let first = group.events[0].envelope.organization_id.as_str();
+            let owner: Option<String> = redis::from_redis_value_ref(&pair[0])?;
+            // The recorded owner, as a string that lives as long as the batch: an event's (with none of
+            // the batch's events of that organization, every event is refused).
+            let org = match owner {
+                Some(recorded) if recorded != first => {
+                    group.events.iter().map(|e| e.envelope.organization_id.as_str()).find(|o| *o == recorded)
+                }
+                _ => Some(first),
+            };
+            let (events, refused): (Vec<&Event>, Vec<&Event>) =
+                group.events.iter().partition(|e| Some(e.envelope.organization_id.as_str()) == org);
+            if !refused.is_empty() {
+                record(group.topic, &refused, |_| Outcome::Refused, applied);
+                tracing::warn!(
+                    topic = group.topic.default_name(),
+                    aggregate = group.aggregate_id,
+                    count = refused.len(),
+                    "refused events of another organization than their aggregate's"
+                );
+            }
+            let Some(org) = org else { continue };
+            let loaded = if org == first { Some(self.decode_state(group, org, &pair[1])?) } else { None };
+            pending.push(Pending { group, org, events, loaded });
+        }
+        Ok(pending)
+    }
+
+    async fn load_missing(&mut self, pending: &mut [Pending<'_>]) -> Result<(), StoreError> {
+        let missing: Vec<usize> = (0..pending.len()).filter(|&i| pending[i].loaded.is_none()).collect();
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let commands: Vec<Cmd> =
+            missing.iter().map(|&i| hmget_state(self.state_key(pending[i].group, pending[i].org))).collect();
+        let replies = self.query(&commands).await?;
+        for (&i, reply) in missing.iter().zip(&replies) {
+            pending[i].loaded = Some(self.decode_state(pending[i].group, pending[i].org, reply)?);
+        }
+        Ok(())
+    }
+
+    /// Folds and writes every pending aggregate; returns those that changed under us.
+    async fn write<'a>(
+        &mut self,
+        pending: Vec<Pending<'a>>,
+        applied: &mut Applied<'a>,
+    ) -> Result<Vec<Pending<'a>>, StoreError> {
+        let mut commands = Vec::new();
+        let mut written = Vec::new();
+        for p in pending {
+            let (sequence, state) = p.loaded.clone().expect("loaded before writing");
+            let (outcome, verdicts) = fold(p.group.aggregate_id, sequence, state, &p.events);
+            if verdicts.iter().all(|v| *v == crate::fold::Verdict::Duplicate) {
+                record(p.group.topic, &p.events, |_| Outcome::Duplicate, applied);
+                continue;
+            }
+            let write = Write {
+                topic: p.group.topic,
+                org: p.org,
+                aggregate_id: p.group.aggregate_id,
+                expected: sequence,
+                outcome: &outcome,
+            };
+            commands.push(self.write.invocation(&self.keys, &write));
+            written.push((p, verdicts));
+        }
+        if written.is_empty() {
+            return Ok(Vec::new());
+        }
+        let replies = self.query(&commands).await?;
+        let mut conflicts = Vec::new();
+        for ((mut p, verdicts), reply) in written.into_iter().zip(replies) {
+            match WriteScript::reply(reply)? {
+                Written::Applied => record(p.group.topic, &p.events, |i| verdicts[i].into(), applied),
+                Written::Conflict(stored) => {
+                    tracing::debug!(
+                        aggregate = p.group.aggregate_id,
+                        stored,
+                        "aggregate changed meanwhile; re-reading"
+                    );
+                    p.loaded = None;
+                    conflicts.push(p);
+                }
+            }
+        }
+        Ok(conflicts)
+    }
+
+    fn state_key(&self, group: &Group<'_>, org: &str) -> String {
+        self.keys.aggregate(group.topic, org, group.aggregate_id)
+    }
+
+    fn decode_state(&self, group: &Group<'_>, org: &str, reply: &Value) -> Result<(u64, State), StoreError> {
+        let (seq, state): (Option<u64>, Option<String>) = redis::from_redis_value_ref(reply)?;
+        let state = match state {
+            Some(json) => State::decode(group.topic, &json)
+                .map_err(|e| StoreError::CorruptState { key: self.state_key(group, org), reason: e.to_string() })?,
+            None => State::new(group.topic),
+        };
+        Ok((seq.unwrap_or(0), state))
+    }
+
+    /// Runs a batch of commands, loading the write script first if Redis lost it (after a restart, a
+    /// failover, or a slot moving to a node that never ran it). Running a batch again is harmless: every
+    /// write checks the sequence it started from.
+    async fn query(&mut self, commands: &[Cmd]) -> Result<Vec<Value>, StoreError> {
+        match self.conn.query_all(commands).await {
+            Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript) => {
+                self.write.load().load_async(&mut self.conn).await?;
+                Ok(self.conn.query_all(commands).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+}
+
+/// Reads an aggregate's stored sequence and state.
+fn hmget_state(key: String) -> Cmd {
+    let mut cmd = redis::cmd("HMGET");
+    cmd.arg(key).arg("seq").arg("state");
+    cmd
+}

@@ -1,0 +1,100 @@
+//! The write script and the only Rust that knows its arguments: one atomic script per aggregate, in its
+//! organization's slot, that applies a fold's outcome unless the stored sequence moved since it was read.
+
+use redis::{Cmd, Script, Value};
+use shared::{Keyspace, Topic};
+
+use crate::fold::{IndexChange, Outcome, State, TranscriptChange, TRANSCRIPT_HEADER};
+
+const SOURCE: &str = include_str!("write.lua");
+
+/// What the script did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Written {
+    Applied,
+    /// The stored sequence was this one, not the one the fold started from: nothing was written.
+    Conflict(u64),
+}
+
+pub struct WriteScript(Script);
+
+/// One aggregate's write: which aggregate, of which organization, folded from which sequence.
+pub struct Write<'a> {
+    pub topic: Topic,
+    pub org: &'a str,
+    pub aggregate_id: &'a str,
+    pub expected: u64,
+    pub outcome: &'a Outcome,
+}
+
+impl WriteScript {
+    pub fn new() -> Self {
+        Self(Script::new(SOURCE))
+    }
+
+    /// Loads the script into Redis (after a restart, a failover, or a slot moving to a node without it).
+    pub fn load(&self) -> redis::ScriptInvocation<'_> {
+        self.0.prepare_invoke()
+    }
+
+    /// The script's call for one aggregate; its four keys are in the organization's slot.
+    pub fn invocation(&self, keys: &Keyspace, w: &Write<'_>) -> Cmd {
+        let (topic, org, id, outcome) = (w.topic, w.org, w.aggregate_id, w.outcome);
+        let state_key = keys.aggregate(topic, org, id);
+        let index_key = match (&outcome.state, &outcome.index) {
+            (_, IndexChange::None) => state_key.clone(),
+            (State::Study(_), _) => keys.studies(org),
+            (State::Interview(i), _) => keys.interviews(org, i.study_id.as_deref().unwrap_or_default()),
+            (State::ApiKey(k), _) => keys.api_key_sha(k.sha256.as_deref().unwrap_or_default()),
+        };
+        let document_op = if outcome.document.is_some() { "set" } else { "delete" };
+        let (documents_key, document_op) = match topic {
+            Topic::ApiKey => (state_key.clone(), "none"),
+            Topic::Study => (keys.study_documents(org), document_op),
+            Topic::Interview => (keys.interview_documents(org), document_op),
+        };
+        let transcripts_key = match topic {
+            Topic::Interview => keys.transcripts(org),
+            _ => state_key.clone(),
+        };
+        let (op, score_or_org) = match &outcome.index {
+            IndexChange::None => ("none", String::new()),
+            IndexChange::Add(score) => ("add", format!("{}", *score as i64)),
+            IndexChange::Remove => ("remove", String::new()),
+            IndexChange::KeyLive => ("key-live", org.to_string()),
+            IndexChange::KeyRevoked => ("key-revoked", String::new()),
+        };
+        let (transcript_op, cues) = match &outcome.transcript {
+            TranscriptChange::Keep => ("keep", ""),
+            TranscriptChange::Append(cues) => ("append", cues.as_str()),
+            TranscriptChange::Delete => ("delete", ""),
+        };
+        let state = serde_json::to_string(&outcome.state).expect("state always serializes");
+        let mut invocation = redis::cmd("EVALSHA");
+        invocation
+            .arg(self.0.get_hash())
+            .arg(4)
+            .arg(state_key)
+            .arg(index_key)
+            .arg(documents_key)
+            .arg(transcripts_key)
+            .arg(w.expected)
+            .arg(outcome.sequence)
+            .arg(state)
+            .arg(id)
+            .arg(document_op)
+            .arg(outcome.document.as_deref().unwrap_or(""))
+            .arg(op)
+            .arg(score_or_org)
+            .arg(transcript_op)
+            .arg(cues)
+            .arg(TRANSCRIPT_HEADER);
+        invocation
+    }
+
+    /// Reads the script's reply: -1 when applied, else the sequence it found.
+    pub fn reply(value: Value) -> Result<Written, redis::ParsingError> {
+        let reply: i64 = redis::from_redis_value(value)?;
+        Ok(if reply < 0 { Written::Applied } else { Written::Conflict(reply as u64) })
+    }
+}
