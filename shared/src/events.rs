@@ -98,7 +98,10 @@ impl Body {
 #[serde(rename_all = "camelCase")]
 pub struct ParticipantIdentified {
     pub participant_id: String,
+    /// Required, and may be null: `deserialize_with` keeps serde from taking a missing field for null.
+    #[serde(deserialize_with = "Option::deserialize")]
     pub first_name: Option<String>,
+    #[serde(deserialize_with = "Option::deserialize")]
     pub last_name: Option<String>,
 }
 

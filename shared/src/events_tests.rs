@@ -179,3 +179,16 @@ fn every_listed_type_is_known_and_every_other_type_is_labelled_other() {
         assert_eq!(type_label(kind), "other");
     }
 }
+
+#[test]
+fn a_participant_without_first_or_last_name_is_poison_and_null_is_null() {
+    let t = Topic::Interview;
+    for data in [json!({"participantId": "p", "firstName": "Ada"}), json!({"participantId": "p", "lastName": null})] {
+        let reason = poison(t, &message("interview.participant_identified", "agg", data));
+        assert!(reason.contains("missing field"), "{reason}");
+    }
+    let nulls = json!({"participantId": "p", "firstName": null, "lastName": null});
+    let body = event(t, "interview.participant_identified", nulls).body;
+    let expected = ParticipantIdentified { participant_id: "p".into(), first_name: None, last_name: None };
+    assert_eq!(body, Body::ParticipantIdentified(expected));
+}

@@ -76,7 +76,10 @@ fn apply(state: &mut State, event: &Event, cues: &mut String) {
             interview.created_at.get_or_insert(at);
             match &event.body {
                 Body::InterviewStarted { study_id } => {
+                    // Not completed, visible, created now; the study never changes.
                     interview.created_at = Some(at);
+                    interview.completed = false;
+                    interview.hidden = false;
                     interview.study_id.get_or_insert_with(|| study_id.clone());
                 }
                 Body::ParticipantIdentified(p) => {

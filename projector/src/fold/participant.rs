@@ -3,9 +3,10 @@
 use unicode_segmentation::UnicodeSegmentation;
 
 /// `"Ada L."` from `Ada` and `Lovelace`; the first name alone without a last name; `None` without a first name.
-/// Surrounding whitespace is not part of a name.
+/// The first name is used as given (events.md: null only when null or empty); a last name of nothing but
+/// whitespace has no first character worth showing and counts as empty.
 pub fn display_name(first: Option<&str>, last: Option<&str>) -> Option<String> {
-    let first = first.map(str::trim).filter(|f| !f.is_empty())?;
+    let first = first.filter(|f| !f.is_empty())?;
     match last.map(str::trim).and_then(|l| l.graphemes(true).next()) {
         Some(initial) => Some(format!("{first} {initial}.")),
         None => Some(first.to_string()),
@@ -37,6 +38,12 @@ mod tests {
         assert_eq!(display_name(Some("Ada"), None).as_deref(), Some("Ada"));
         assert_eq!(display_name(Some("Ada"), Some("")).as_deref(), Some("Ada"));
         assert_eq!(display_name(Some("Ada"), Some("  ")).as_deref(), Some("Ada"));
+    }
+
+    #[test]
+    fn the_first_name_is_used_as_given() {
+        assert_eq!(display_name(Some(" Ada "), Some("Lovelace")).as_deref(), Some(" Ada  L."));
+        assert_eq!(display_name(Some("  "), None).as_deref(), Some("  "));
     }
 
     #[test]

@@ -219,7 +219,22 @@ fn stored_state_round_trips() {
 fn an_interviews_study_never_changes() {
     let mut events = completed_interview();
     events.push(interview("interview.started", 8, json!({"studyId": "other-study"})));
+    events.push(interview("interview.completed", 9, json!({})));
     let (outcome, _) = run(Topic::Interview, &events);
     let doc: InterviewDocument = serde_json::from_str(outcome.document.as_deref().unwrap()).unwrap();
     assert_eq!(doc.study_id.as_deref(), Some("s1"));
+}
+
+#[test]
+fn a_later_started_event_makes_the_interview_not_completed_and_visible_again() {
+    let mut events = completed_interview();
+    let n = events.len() as u64;
+    events.push(interview("interview.hidden", n + 1, json!({})));
+    events.push(interview("interview.started", n + 2, json!({"studyId": "other"})));
+    let (outcome, _) = run(Topic::Interview, &events);
+    let State::Interview(state) = &outcome.state else { panic!("an interview") };
+    assert!(!state.completed && !state.hidden, "{state:?}");
+    assert_eq!(state.study_id.as_deref(), Some("s1"), "the study never changes");
+    assert_eq!(state.created_at, Some(events.last().unwrap().envelope.occurred_at));
+    assert_eq!((outcome.document, outcome.index), (None, IndexChange::Remove), "not completed: listed nowhere");
 }

@@ -27,15 +27,18 @@ pub fn timestamp(millis: u64) -> String {
     format!("{hours:02}:{minutes:02}:{:02}.{:03}", rest / 1000, rest % 1000)
 }
 
-/// Escapes `&`, `<` and `>` (so `-->` cannot end the cue's text early), and removes blank lines, which a
-/// cue cannot hold: the lines around a blank line are joined by a single line break.
+/// Escapes `&`, `<` and `>` (so `-->` cannot end the cue's text early), and removes empty lines, which end
+/// a cue: the lines around an empty line are joined by a single line break. A line of whitespace is not
+/// empty to a WebVTT parser, so it stays.
 pub fn escape(text: &str) -> String {
     let normalized = text.replace("\r\n", "\n").replace('\r', "\n");
     let mut out = String::with_capacity(normalized.len());
-    for line in normalized.split('\n').filter(|line| !line.trim().is_empty()) {
-        if !out.is_empty() {
+    let mut first = true;
+    for line in normalized.split('\n').filter(|line| !line.is_empty()) {
+        if !first {
             out.push('\n');
         }
+        first = false;
         for c in line.chars() {
             match c {
                 '&' => out.push_str("&amp;"),
@@ -87,9 +90,16 @@ mod tests {
     #[test]
     fn a_blank_line_becomes_a_single_line_break() {
         assert_eq!(escape("one\n\ntwo"), "one\ntwo");
-        assert_eq!(escape("one\r\n\r\n  \n\ttwo\rthree"), "one\n\ttwo\nthree");
+        assert_eq!(escape("one\r\n\r\n\ttwo\rthree"), "one\n\ttwo\nthree");
         assert_eq!(escape("\nleading and trailing\n\n"), "leading and trailing");
         assert_eq!(escape("kept\nline break"), "kept\nline break");
+    }
+
+    #[test]
+    fn a_line_of_whitespace_is_kept() {
+        assert_eq!(escape("one\n  \ntwo"), "one\n  \ntwo");
+        assert_eq!(escape(" "), " ");
+        assert_eq!(escape("\t\n\nx"), "\t\nx");
     }
 
     #[test]
