@@ -32,6 +32,8 @@ pub enum StoreError {
     Redis(#[from] redis::RedisError),
     #[error("unexpected reply from redis: {0}")]
     Reply(#[from] redis::ParsingError),
+    #[error(transparent)]
+    Script(#[from] write::ReplyError),
     #[error("stored state of {key} is unreadable: {reason}")]
     CorruptState { key: String, reason: String },
     #[error("aggregate {0} kept changing under the projector")]

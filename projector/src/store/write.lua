@@ -10,9 +10,11 @@
 -- ARGV[7] index op: none | add | remove | key-live | key-revoked
 -- ARGV[8] score (add) or organization (key-live)
 -- ARGV[9] transcript op: keep | append | delete   ARGV[10] cues to append   ARGV[11] transcript header
--- Returns -1 when applied, else the sequence found (the caller re-reads and folds again).
-local current = tonumber(redis.call('HGET', KEYS[1], 'seq') or '0')
-if current ~= tonumber(ARGV[1]) then
+-- Returns the status APPLIED, or the sequence found as a string (the caller re-reads and folds again).
+-- Sequences are compared as the decimal strings the projector writes, never as Lua numbers (doubles),
+-- which cannot tell apart sequences above 2^53.
+local current = redis.call('HGET', KEYS[1], 'seq') or '0'
+if current ~= ARGV[1] then
   return current
 end
 local id = ARGV[4]
@@ -40,4 +42,4 @@ if ARGV[9] == 'append' then
 elseif ARGV[9] == 'delete' then
   redis.call('HDEL', KEYS[4], id)
 end
-return -1
+return redis.status_reply('APPLIED')

@@ -92,9 +92,37 @@ impl WriteScript {
         invocation
     }
 
-    /// Reads the script's reply: -1 when applied, else the sequence it found.
-    pub fn reply(value: Value) -> Result<Written, redis::ParsingError> {
-        let reply: i64 = redis::from_redis_value(value)?;
-        Ok(if reply < 0 { Written::Applied } else { Written::Conflict(reply as u64) })
+    /// Reads the script's reply: the status `APPLIED`, or the sequence it found as a string. Anything
+    /// else is an error, never taken for applied.
+    pub fn reply(value: Value) -> Result<Written, ReplyError> {
+        match &value {
+            Value::SimpleString(status) if status == "APPLIED" => Ok(Written::Applied),
+            Value::BulkString(found) => {
+                let found = std::str::from_utf8(found).ok().and_then(|s| s.parse().ok());
+                found.map(Written::Conflict).ok_or(ReplyError(value))
+            }
+            _ => Err(ReplyError(value)),
+        }
+    }
+}
+
+/// A reply the write script never gives.
+#[derive(Debug, thiserror::Error)]
+#[error("unexpected reply from the write script: {0:?}")]
+pub struct ReplyError(Value);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_applied_status_reads_as_applied() {
+        let applied = WriteScript::reply(Value::SimpleString("APPLIED".into())).unwrap();
+        assert_eq!(applied, Written::Applied);
+        let found = WriteScript::reply(Value::BulkString(b"18446744073709551615".to_vec())).unwrap();
+        assert_eq!(found, Written::Conflict(u64::MAX));
+        for other in [Value::Int(-1), Value::Int(3), Value::Okay, Value::Nil, Value::BulkString(b"-1".to_vec())] {
+            assert!(WriteScript::reply(other).is_err());
+        }
     }
 }
