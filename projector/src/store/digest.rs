@@ -2,7 +2,7 @@
 //! key) over every document, index and state, so two generations built from the same events digest alike
 //! whatever order they were written in. The generation's own `meta` key is left out.
 
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, RedisResult};
 use sha2::{Digest as _, Sha256};
 use shared::connection::Connection;
 use shared::Keyspace;
@@ -43,31 +43,15 @@ async fn compute(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Digest> 
             .map(redis::from_redis_value)
             .collect::<Result<_, _>>()
             .map_err(to_redis)?;
-        let reads: Vec<Cmd> = chunk
-            .iter()
-            .zip(&kinds)
-            .map(|(name, kind)| {
-                let cmd = match kind.as_str() {
-                    "hash" => one("HGETALL", name),
-                    "zset" => {
-                        let mut cmd = one("ZRANGE", name);
-                        cmd.arg(0).arg(-1).arg("WITHSCORES");
-                        cmd
-                    }
-                    _ => one("GET", name),
-                };
-                cmd
-            })
-            .collect();
-        let values = conn.query_all(&reads).await?;
-        for ((name, kind), value) in chunk.iter().zip(&kinds).zip(values) {
+        let values = read_values(conn, chunk, &kinds).await?;
+        for ((name, kind), parts) in chunk.iter().zip(&kinds).zip(values) {
             if kind == "none" {
                 continue;
             }
             let mut hasher = Sha256::new();
             field(&mut hasher, &name.as_bytes()[strip..]);
             field(&mut hasher, kind.as_bytes());
-            for part in canonical(kind, value)? {
+            for part in parts {
                 field(&mut hasher, &part);
             }
             for (a, b) in acc.iter_mut().zip(hasher.finalize()) {
@@ -84,21 +68,51 @@ fn field(hasher: &mut Sha256, bytes: &[u8]) {
     hasher.update(bytes);
 }
 
-/// The parts of a value in an order that does not depend on how it was written.
-fn canonical(kind: &str, value: Value) -> RedisResult<Vec<Vec<u8>>> {
-    Ok(match kind {
-        "hash" => {
-            let mut pairs: Vec<(Vec<u8>, Vec<u8>)> = redis::from_redis_value(value).map_err(to_redis)?;
-            pairs.sort();
-            pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()
+/// One HSCAN or ZSCAN reply: the next cursor, and field-value (or member-score) pairs.
+type ScanPage = (String, Vec<(Vec<u8>, Vec<u8>)>);
+
+/// How many fields or members one HSCAN or ZSCAN call asks for.
+const SCAN_COUNT: usize = 1000;
+
+/// The parts of each key's value, in an order that does not depend on how it was written: a hash's fields
+/// and a sorted set's members (with scores) sorted, a string as it is. Hashes and sorted sets are read
+/// with HSCAN and ZSCAN, a page at a time, so a large one never makes one multi-megabyte reply: the first
+/// page of every key of the chunk in one round trip, further pages per key.
+async fn read_values(conn: &mut Connection, names: &[String], kinds: &[String]) -> RedisResult<Vec<Vec<Vec<u8>>>> {
+    let scan = |kind: &str, name: &str, cursor: &str| {
+        let mut cmd = one(if kind == "hash" { "HSCAN" } else { "ZSCAN" }, name);
+        cmd.arg(cursor).arg("COUNT").arg(SCAN_COUNT);
+        cmd
+    };
+    let first: Vec<Cmd> = names
+        .iter()
+        .zip(kinds)
+        .map(|(name, kind)| match kind.as_str() {
+            "hash" | "zset" => scan(kind, name, "0"),
+            _ => one("GET", name),
+        })
+        .collect();
+    let replies = conn.query_all(&first).await?;
+    let mut values = Vec::with_capacity(names.len());
+    for ((name, kind), reply) in names.iter().zip(kinds).zip(replies) {
+        if kind != "hash" && kind != "zset" {
+            values.push(vec![redis::from_redis_value::<Option<Vec<u8>>>(reply).map_err(to_redis)?.unwrap_or_default()]);
+            continue;
         }
-        "zset" => {
-            let mut members: Vec<(Vec<u8>, String)> = redis::from_redis_value(value).map_err(to_redis)?;
-            members.sort();
-            members.into_iter().flat_map(|(m, s)| [m, s.into_bytes()]).collect()
+        // Field → value (or member → score); a page may repeat an entry, which the map absorbs.
+        let mut entries = std::collections::BTreeMap::new();
+        let (mut cursor, mut page): ScanPage = redis::from_redis_value(reply).map_err(to_redis)?;
+        loop {
+            entries.extend(page);
+            if cursor == "0" {
+                break;
+            }
+            let reply = scan(kind, name, &cursor).query_async(conn).await?;
+            (cursor, page) = redis::from_redis_value(reply).map_err(to_redis)?;
         }
-        _ => vec![redis::from_redis_value::<Option<Vec<u8>>>(value).map_err(to_redis)?.unwrap_or_default()],
-    })
+        values.push(entries.into_iter().flat_map(|(k, v)| [k, v]).collect());
+    }
+    Ok(values)
 }
 
 fn to_redis(e: redis::ParsingError) -> redis::RedisError {
