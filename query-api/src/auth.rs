@@ -19,16 +19,20 @@ pub struct Organization {
     pub keys: shared::Keyspace,
 }
 
-/// The credential of a request: the Bearer token when an `Authorization: Bearer` header is present,
-/// else the `Service-Api-Key` header. `None` when neither is present or the one that counts is malformed.
+/// The credential of a request: the Bearer token when an `Authorization` header with the Bearer scheme is
+/// present, else the `Service-Api-Key` header. `None` when neither is present or the one that counts is
+/// malformed: an `Authorization: Bearer` header without a usable token (nothing after the scheme, a tab
+/// for the space, bytes that are not ASCII) is a present, invalid Bearer credential, never a reason to
+/// look at the other header.
 pub fn credential(headers: &HeaderMap) -> Option<&str> {
     let bearer = headers.get_all("authorization").iter().find_map(|value| {
-        let value = value.to_str().ok()?;
-        let (scheme, token) = value.split_once(' ')?;
-        scheme.eq_ignore_ascii_case("bearer").then_some(token)
+        let bytes = value.as_bytes();
+        let scheme_end = bytes.iter().position(|b| *b == b' ' || *b == b'\t').unwrap_or(bytes.len());
+        let (scheme, rest) = bytes.split_at(scheme_end);
+        scheme.eq_ignore_ascii_case(b"bearer").then(|| std::str::from_utf8(rest).ok().map(|t| t.trim_matches(' ')))
     });
     let key = match bearer {
-        Some(token) => token,
+        Some(token) => token?,
         None => headers.get("service-api-key")?.to_str().ok()?,
     };
     let key = key.trim_matches(' ');
@@ -92,6 +96,19 @@ mod tests {
         assert_eq!(credential(&headers(&[("service-api-key", &"k".repeat(513))])), None);
         // A Basic header does not hide a Service-Api-Key.
         assert_eq!(credential(&headers(&[("authorization", "Basic x"), ("service-api-key", "k2")])), Some("k2"));
+    }
+
+    #[test]
+    fn a_bearer_header_without_a_usable_token_is_an_invalid_bearer_credential() {
+        let other = ("service-api-key", "k2");
+        for value in ["Bearer", "bearer", "Bearer\tk1", "Bearer  ", "Bearer \tk1"] {
+            assert_eq!(credential(&headers(&[("authorization", value), other])), None, "{value:?}");
+        }
+        let mut non_ascii = headers(&[other]);
+        non_ascii.append("authorization", axum::http::HeaderValue::from_bytes(b"Bearer k\xff").unwrap());
+        assert_eq!(credential(&non_ascii), None);
+        // Another scheme, or a word that merely starts like it, leaves the other header to decide.
+        assert_eq!(credential(&headers(&[("authorization", "Bearerish k1"), other])), Some("k2"));
     }
 
     #[test]
