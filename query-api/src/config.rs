@@ -21,7 +21,7 @@ pub struct Config {
     #[arg(long, env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub redis_cluster: bool,
 
-    /// Prefix of every read-model key; the same as the projector's.
+    /// Prefix of every read-model key (no braces); the same as the projector's.
     #[arg(long, env = "KEY_PREFIX", default_value = "rm")]
     pub key_prefix: String,
 
@@ -30,7 +30,7 @@ pub struct Config {
     pub redis_timeout_ms: u64,
 
     /// How often the active generation of the read model is read, in milliseconds.
-    #[arg(long, env = "GENERATION_REFRESH_MS", default_value_t = 250)]
+    #[arg(long, env = "GENERATION_REFRESH_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..))]
     pub generation_refresh_ms: u64,
 
     /// S3-compatible endpoint for video links, e.g. http://127.0.0.1:9000; AWS's own when unset.
@@ -44,6 +44,11 @@ pub struct Config {
     /// Bucket of videos stored without a bucket of their own; without it such videos get no link.
     #[arg(long, env = "S3_BUCKET")]
     pub s3_bucket: Option<String>,
+
+    /// Comma-separated buckets video links may name; empty allows any valid bucket name. A video in
+    /// another bucket gets no link (counted in api_video_links_refused_total).
+    #[arg(long, env = "S3_ALLOWED_BUCKETS")]
+    pub s3_allowed_buckets: Option<String>,
 
     /// Path-style URLs (http://host/bucket/key), as most S3-compatible servers need.
     #[arg(long, env = "S3_FORCE_PATH_STYLE", default_value_t = false, action = clap::ArgAction::Set)]
@@ -61,7 +66,30 @@ pub struct Config {
 pub use shared::process::LogFormat;
 
 impl Config {
+    /// Refuses settings that no request could work with, with one line that says what to change.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.key_prefix.contains(['{', '}']) {
+            return Err(format!("KEY_PREFIX must not contain braces: {:?}", self.key_prefix));
+        }
+        Ok(())
+    }
+
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Config;
+
+    #[test]
+    fn settings_no_request_could_work_with_are_refused_at_start() {
+        assert!(Config::try_parse_from(["query-api", "--generation-refresh-ms", "0"]).is_err());
+        let braces = Config::parse_from(["query-api", "--key-prefix", "rm{x}"]);
+        assert!(braces.validate().unwrap_err().contains("KEY_PREFIX"));
+        assert!(Config::parse_from(["query-api"]).validate().is_ok());
     }
 }

@@ -1,6 +1,7 @@
 //! The query API: a stateless, read-only HTTP server over the Redis read model (api.md).
 
 pub mod auth;
+mod bucket;
 pub mod config;
 pub mod error;
 pub mod metrics;
@@ -38,6 +39,7 @@ pub async fn run(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let presigner = presign::Presigner::from_config(&config).await;
     let state = AppState::new(&config, presigner)?;
     state.refresh_generation().await;

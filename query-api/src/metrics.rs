@@ -34,6 +34,7 @@ pub struct Metrics {
     latency: Latency,
     pub auth_failures: Counter,
     pub presign_failures: Counter,
+    pub video_links_refused: Counter,
 }
 
 impl Default for Metrics {
@@ -47,7 +48,13 @@ impl Default for Metrics {
         registry.register("auth_failures", "Requests refused for a missing or invalid API key", auth_failures.clone());
         let presign_failures = Counter::default();
         registry.register("presign_failures", "Video links that could not be signed", presign_failures.clone());
-        Self { registry, requests, latency, auth_failures, presign_failures }
+        let video_links_refused = Counter::default();
+        registry.register(
+            "video_links_refused",
+            "Videos given no link because their event named an empty key or a bucket not valid or not allowed",
+            video_links_refused.clone(),
+        );
+        Self { registry, requests, latency, auth_failures, presign_failures, video_links_refused }
     }
 }
 
@@ -62,7 +69,7 @@ impl Metrics {
 /// Counts and times every request by its route pattern (never the raw path, which holds ids).
 pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_string();
-    let method = request.method().to_string();
+    let method = method_label(request.method()).to_string();
     let started = Instant::now();
     let response = next.run(request).await;
     metrics.latency.get_or_create(&RouteLabels { route: route.clone() }).observe(started.elapsed().as_secs_f64());
@@ -74,7 +81,33 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
     response
 }
 
+/// The `method` label: the API serves GET and HEAD; any other method token, which a client may make up at
+/// will, is `other`, so that no request can add a label value.
+fn method_label(method: &axum::http::Method) -> &'static str {
+    match *method {
+        axum::http::Method::GET => "GET",
+        axum::http::Method::HEAD => "HEAD",
+        _ => "other",
+    }
+}
+
 pub async fn render(State(metrics): State<Arc<Metrics>>) -> Response {
     let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
     ([(header::CONTENT_TYPE, content_type)], metrics.render()).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::Method;
+
+    use super::method_label;
+
+    #[test]
+    fn only_get_and_head_are_labelled_by_name() {
+        assert_eq!(method_label(&Method::GET), "GET");
+        assert_eq!(method_label(&Method::HEAD), "HEAD");
+        for method in [Method::POST, Method::DELETE, Method::from_bytes(&[b'X'; 2000]).unwrap()] {
+            assert_eq!(method_label(&method), "other");
+        }
+    }
 }

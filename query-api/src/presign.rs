@@ -11,6 +11,7 @@ use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvid
 use chrono::{DateTime, Utc};
 use shared::VideoObject;
 
+use crate::bucket::Allowed;
 use crate::config::Config;
 use crate::sigv4::{self, Endpoint, Keys, SigningKey};
 
@@ -22,6 +23,7 @@ const REFRESH_EVERY: Duration = Duration::from_secs(300);
 pub struct Presigner {
     endpoint: Endpoint,
     default_bucket: Option<String>,
+    allowed: Allowed,
     provider: SharedCredentialsProvider,
     cached: RwLock<Option<Cached>>,
     refresh: tokio::sync::Mutex<()>,
@@ -59,26 +61,33 @@ impl Presigner {
         };
         Some(Self {
             endpoint,
-            default_bucket: config.s3_bucket.clone(),
+            default_bucket: config.s3_bucket.clone().filter(|b| !b.is_empty()),
+            allowed: Allowed::parse(config.s3_allowed_buckets.as_deref()),
             provider,
             cached: RwLock::new(None),
             refresh: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// A fresh link to the object, or `None` when there is no bucket for it or no usable credentials.
-    pub async fn url(&self, video: &VideoObject) -> Option<String> {
-        let bucket = video.bucket.as_ref().or(self.default_bucket.as_ref())?;
+    /// A fresh link to the object. No link when the event named no usable object: an empty key, or a
+    /// bucket (its own, or the default for an empty or missing one) that is not a valid bucket name or not
+    /// allowed; nor without usable credentials.
+    pub async fn url(&self, video: &VideoObject) -> Result<String, NoLink> {
+        let bucket = video.bucket.as_ref().filter(|b| !b.is_empty()).or(self.default_bucket.as_ref());
+        let bucket = bucket.ok_or(NoLink::NoBucket)?;
+        if video.key.is_empty() || !self.allowed.permits(bucket) {
+            return Err(NoLink::Refused);
+        }
         let now = SystemTime::now();
-        let cached = self.credentials(now).await?;
-        let lifetime = lifetime(cached.expiry, now)?;
+        let cached = self.credentials(now).await.ok_or(NoLink::NoCredentials)?;
+        let lifetime = lifetime(cached.expiry, now).ok_or(NoLink::NoCredentials)?;
         let amz_date = DateTime::<Utc>::from(now).format("%Y%m%dT%H%M%SZ").to_string();
         let signing_key = if cached.signing_key.date() == &amz_date[..8] {
             cached.signing_key
         } else {
             SigningKey::derive(&cached.keys.secret_access_key, &amz_date[..8], &self.endpoint.region)
         };
-        Some(sigv4::presign(&self.endpoint, &cached.keys, &signing_key, &amz_date, lifetime, bucket, &video.key))
+        Ok(sigv4::presign(&self.endpoint, &cached.keys, &signing_key, &amz_date, lifetime, bucket, &video.key))
     }
 
     /// The cached credentials, fetched again when they expire within a link's lifetime (plus a minute),
@@ -117,6 +126,17 @@ impl Presigner {
     }
 }
 
+/// Why a video gets no link.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoLink {
+    /// Stored without a bucket, and no default bucket is configured.
+    NoBucket,
+    /// The event named an empty key, or a bucket that is not a valid name or not allowed.
+    Refused,
+    /// No usable credentials.
+    NoCredentials,
+}
+
 /// Seconds a link made `now` may live: the link lifetime, cut to what the credentials have left;
 /// `None` when they have expired.
 pub fn lifetime(expiry: Option<SystemTime>, now: SystemTime) -> Option<u64> {
@@ -129,7 +149,57 @@ pub fn lifetime(expiry: Option<SystemTime>, now: SystemTime) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
+    use aws_credential_types::Credentials;
+    use clap::Parser;
+
     use super::*;
+
+    /// Virtual-host links to an AWS-like endpoint with default bucket `videos`, whatever the environment says.
+    async fn presigner(allowed: Option<&str>) -> Presigner {
+        let config = Config {
+            s3_endpoint: Some("https://s3.example.net".into()),
+            s3_bucket: Some("videos".into()),
+            s3_allowed_buckets: allowed.map(String::from),
+            s3_force_path_style: false,
+            s3_disabled: false,
+            ..Config::parse_from(["query-api"])
+        };
+        let mut presigner = Presigner::from_config(&config).await.expect("links on");
+        let credentials = Credentials::new("AKIDEXAMPLE", "secret", Some("token".into()), None, "test");
+        presigner.provider = SharedCredentialsProvider::new(credentials);
+        presigner
+    }
+
+    fn video(bucket: Option<&str>, key: &str) -> VideoObject {
+        VideoObject { bucket: bucket.map(String::from), key: key.into() }
+    }
+
+    #[tokio::test]
+    async fn a_bucket_that_is_not_a_bucket_name_gets_no_link_and_sends_no_credential_anywhere() {
+        let presigner = presigner(None).await;
+        for bucket in ["attacker.example/", "evil.com:443#", "a/b", "Videos"] {
+            assert_eq!(presigner.url(&video(Some(bucket), "x")).await, Err(NoLink::Refused), "{bucket}");
+        }
+        let link = presigner.url(&video(Some("archive"), "a/b.mp4")).await.expect("a valid bucket is signed");
+        assert!(link.starts_with("https://archive.s3.example.net/a/b.mp4?"), "{link}");
+    }
+
+    #[tokio::test]
+    async fn an_empty_bucket_is_the_default_one_and_an_empty_key_gets_no_link() {
+        let presigner = presigner(None).await;
+        let link = presigner.url(&video(Some(""), "k.mp4")).await.expect("the default bucket");
+        assert!(link.starts_with("https://videos.s3.example.net/k.mp4?"), "{link}");
+        assert_eq!(presigner.url(&video(None, "")).await, Err(NoLink::Refused));
+        assert_eq!(presigner.url(&video(Some("videos"), "")).await, Err(NoLink::Refused));
+    }
+
+    #[tokio::test]
+    async fn with_a_list_only_its_buckets_get_links() {
+        let presigner = presigner(Some("videos,archive")).await;
+        assert!(presigner.url(&video(Some("archive"), "k")).await.is_ok());
+        assert!(presigner.url(&video(None, "k")).await.is_ok());
+        assert_eq!(presigner.url(&video(Some("other"), "k")).await, Err(NoLink::Refused));
+    }
 
     #[test]
     fn a_link_never_outlives_its_credentials() {

@@ -14,6 +14,7 @@ use crate::auth::Organization;
 use crate::error::ApiError;
 use crate::models::{ErrorBody, Interview, InterviewPage, PageInfo, PageQuery, RawPage, Study, StudyPage};
 use crate::pagination::Pagination;
+use crate::presign::NoLink;
 use crate::read_model::StoredInterview;
 use crate::state::AppState;
 
@@ -132,13 +133,17 @@ pub async fn get_interview(
 async fn interview(state: &AppState, (doc, transcript): StoredInterview) -> Result<Interview, ApiError> {
     let doc: InterviewDocument = serde_json::from_str(&doc).map_err(internal)?;
     let video_download_url = match (state.presigner(), &doc.video) {
-        (Some(presigner), Some(video)) => {
-            let url = presigner.url(video).await;
-            if url.is_none() {
-                state.metrics().presign_failures.inc();
+        (Some(presigner), Some(video)) => match presigner.url(video).await {
+            Ok(url) => Some(url),
+            Err(NoLink::Refused) => {
+                state.metrics().video_links_refused.inc();
+                None
             }
-            url
-        }
+            Err(NoLink::NoBucket | NoLink::NoCredentials) => {
+                state.metrics().presign_failures.inc();
+                None
+            }
+        },
         _ => None,
     };
     Ok(Interview {
