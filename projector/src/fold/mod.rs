@@ -109,7 +109,13 @@ fn apply(state: &mut State, event: &Event, cues: &mut String) {
         State::ApiKey(key) => match &event.body {
             Body::ApiKeyCreated { name, key_sha256 } => {
                 key.name = name.clone();
-                key.sha256 = Some(key_sha256.clone());
+                // Created again with another secret: the one it replaces is revoked for good.
+                if let Some(old) = key.sha256.replace(key_sha256.clone()).filter(|old| old != key_sha256) {
+                    if !key.retired.contains(&old) {
+                        key.retired.push(old);
+                    }
+                }
+                key.retired.retain(|retired| retired != key_sha256);
             }
             Body::ApiKeyDeleted => key.deleted = true,
             _ => {}

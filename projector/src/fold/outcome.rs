@@ -25,10 +25,15 @@ pub enum IndexChange {
     Add(f64),
     /// Not in the sorted set.
     Remove,
-    /// The API key is live for its organization.
-    KeyLive,
-    /// The API key is revoked.
-    KeyRevoked,
+    /// The API key is live for its organization under its current hash; the index entries of its
+    /// retired hashes are removed.
+    KeyLive {
+        retired: Vec<String>,
+    },
+    /// The API key is revoked: the index entries of its current and retired hashes are removed.
+    KeyRevoked {
+        retired: Vec<String>,
+    },
 }
 
 /// Everything the read model must hold for one aggregate after a run of events.
@@ -88,8 +93,8 @@ pub(super) fn outcome(id: &str, sequence: u64, state: State, cues: String) -> Ou
         State::ApiKey(key) => {
             let index = match (&key.sha256, key.deleted) {
                 (None, _) => IndexChange::None,
-                (Some(_), false) => IndexChange::KeyLive,
-                (Some(_), true) => IndexChange::KeyRevoked,
+                (Some(_), false) => IndexChange::KeyLive { retired: key.retired.clone() },
+                (Some(_), true) => IndexChange::KeyRevoked { retired: key.retired.clone() },
             };
             (None, index, TranscriptChange::Keep)
         }

@@ -41,6 +41,9 @@ pub struct InterviewState {
 pub struct KeyState {
     pub name: String,
     pub sha256: Option<String>,
+    /// Every other hash the key was created with before: none of them may open anything any more.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retired: Vec<String>,
     pub deleted: bool,
 }
 

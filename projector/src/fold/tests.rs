@@ -201,11 +201,33 @@ fn an_api_key_is_live_until_deleted() {
     let created =
         ev(Topic::ApiKey, 1, "api_key.created", "2026-01-01T00:00:00Z", json!({"name": "crm", "keySha256": sha}));
     let (live, _) = run(Topic::ApiKey, std::slice::from_ref(&created));
-    assert_eq!(live.index, IndexChange::KeyLive);
+    assert_eq!(live.index, IndexChange::KeyLive { retired: vec![] });
     let deleted = ev(Topic::ApiKey, 2, "api_key.deleted", "2026-01-02T00:00:00Z", json!({}));
     let (revoked, _) = run(Topic::ApiKey, &[created, deleted]);
-    assert_eq!(revoked.index, IndexChange::KeyRevoked);
+    assert_eq!(revoked.index, IndexChange::KeyRevoked { retired: vec![] });
     assert_eq!(revoked.document, None);
+}
+
+#[test]
+fn a_key_created_again_retires_its_old_secret_and_deletion_revokes_every_secret_it_had() {
+    let (a, b, c) = ("a".repeat(64), "b".repeat(64), "c".repeat(64));
+    let created = |seq, sha: &str| {
+        ev(Topic::ApiKey, seq, "api_key.created", "2026-01-01T00:00:00Z", json!({"name": "crm", "keySha256": sha}))
+    };
+    let events = [created(1, &a), created(2, &b), created(3, &b), created(4, &c)];
+    let (live, _) = run(Topic::ApiKey, &events);
+    assert_eq!(live.index, IndexChange::KeyLive { retired: vec![a.clone(), b.clone()] });
+    // Back to an old secret: it is live again, no longer retired.
+    let (again, _) = run(Topic::ApiKey, &[created(1, &a), created(2, &b), created(3, &a)]);
+    assert_eq!(again.index, IndexChange::KeyLive { retired: vec![b.clone()] });
+    // Whatever the batching, the outcome is the same: folding in two runs gives what one run gives.
+    let (first, _) = run(Topic::ApiKey, &events[..2]);
+    let rest: Vec<&Event> = events[2..].iter().collect();
+    let (second, _) = fold("a1", 2, first.state, &rest);
+    assert_eq!(second, live);
+    let deleted = ev(Topic::ApiKey, 5, "api_key.deleted", "2026-01-02T00:00:00Z", json!({}));
+    let (revoked, _) = run(Topic::ApiKey, &[created(1, &a), created(2, &b), created(3, &c), deleted]);
+    assert_eq!(revoked.index, IndexChange::KeyRevoked { retired: vec![a, b] });
 }
 
 #[test]

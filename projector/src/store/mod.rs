@@ -19,7 +19,7 @@ use shared::{Event, Keyspace, Topic};
 pub use digest::Digest;
 pub use generation::{active_generation, connect, delete_generation, generation_keys};
 
-use crate::fold::{fold, State};
+use crate::fold::{fold, State, Verdict};
 use crate::observe::Outcome;
 use write::{Write, WriteScript, Written};
 
@@ -180,7 +180,7 @@ impl Store {
         for p in pending {
             let (sequence, state) = p.loaded.clone().expect("loaded before writing");
             let (outcome, verdicts) = fold(p.group.aggregate_id, sequence, state, &p.events);
-            if verdicts.iter().all(|v| *v == crate::fold::Verdict::Duplicate) {
+            if verdicts.iter().all(|v| *v == Verdict::Duplicate) {
                 record(p.group.topic, &p.events, |_| Outcome::Duplicate, applied);
                 continue;
             }
@@ -202,6 +202,18 @@ impl Store {
         for ((mut p, verdicts), reply) in written.into_iter().zip(replies) {
             match WriteScript::reply(reply)? {
                 Written::Applied => record(p.group.topic, &p.events, |i| verdicts[i].into(), applied),
+                Written::ClaimRefused => {
+                    tracing::warn!(key = p.group.aggregate_id, "refused a key's claim on a hash another key id holds");
+                    let claimed = |i: usize| {
+                        let created = p.events[i].envelope.kind == "api_key.created";
+                        if created && verdicts[i] != Verdict::Duplicate {
+                            Outcome::Refused
+                        } else {
+                            verdicts[i].into()
+                        }
+                    };
+                    record(p.group.topic, &p.events, claimed, applied);
+                }
                 Written::Conflict(stored) => {
                     tracing::debug!(
                         aggregate = p.group.aggregate_id,

@@ -4,13 +4,17 @@
 -- KEYS[2] index: the sorted set the record belongs to, or the API-key hash (KEYS[1] when there is none)
 -- KEYS[3] the organization's document hash (KEYS[1] for API keys, which have no document)
 -- KEYS[4] the organization's transcript hash (KEYS[1] for aggregates without one)
+-- KEYS[5..] for an API key: the index entries of the hashes it had before (retired), in the same slot
 -- ARGV[1] sequence the outcome was folded from   ARGV[2] new sequence   ARGV[3] state json
 -- ARGV[4] aggregate id (member, document and transcript field)
 -- ARGV[5] document op: set | delete | none   ARGV[6] document json
 -- ARGV[7] index op: none | add | remove | key-live | key-revoked
 -- ARGV[8] score (add) or organization (key-live)
 -- ARGV[9] transcript op: keep | append | delete   ARGV[10] cues to append   ARGV[11] transcript header
--- Returns the status APPLIED, or the sequence found as a string (the caller re-reads and folds again).
+-- An index entry belongs to the first key id that claimed it: key-live never takes over another key's entry
+-- (the reply says CLAIM-REFUSED), and key-live and key-revoked only remove entries that are this key's.
+-- Returns the status APPLIED (or CLAIM-REFUSED, also applied), or the sequence found as a string (the caller
+-- re-reads and folds again).
 -- Sequences are compared as the decimal strings the projector writes, never as Lua numbers (doubles),
 -- which cannot tell apart sequences above 2^53.
 local current = redis.call('HGET', KEYS[1], 'seq') or '0'
@@ -29,11 +33,23 @@ if op == 'add' then
   redis.call('ZADD', KEYS[2], ARGV[8], id)
 elseif op == 'remove' then
   redis.call('ZREM', KEYS[2], id)
-elseif op == 'key-live' then
-  redis.call('HSET', KEYS[2], 'org', ARGV[8], 'key', id)
-elseif op == 'key-revoked' then
-  if redis.call('HGET', KEYS[2], 'key') == id then
-    redis.call('DEL', KEYS[2])
+end
+local claim = 'APPLIED'
+if op == 'key-live' or op == 'key-revoked' then
+  for i = 5, #KEYS do
+    if redis.call('HGET', KEYS[i], 'key') == id then
+      redis.call('DEL', KEYS[i])
+    end
+  end
+  local holder = redis.call('HGET', KEYS[2], 'key')
+  if op == 'key-revoked' then
+    if holder == id then
+      redis.call('DEL', KEYS[2])
+    end
+  elseif holder == false or holder == id then
+    redis.call('HSET', KEYS[2], 'org', ARGV[8], 'key', id)
+  else
+    claim = 'CLAIM-REFUSED'
   end
 end
 if ARGV[9] == 'append' then
@@ -42,4 +58,4 @@ if ARGV[9] == 'append' then
 elseif ARGV[9] == 'delete' then
   redis.call('HDEL', KEYS[4], id)
 end
-return redis.status_reply('APPLIED')
+return redis.status_reply(claim)

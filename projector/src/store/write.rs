@@ -12,6 +12,8 @@ const SOURCE: &str = include_str!("write.lua");
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Written {
     Applied,
+    /// Applied, except that the key's hash is claimed by another key id, so it opens nothing for this one.
+    ClaimRefused,
     /// The stored sequence was this one, not the one the fold started from: nothing was written.
     Conflict(u64),
 }
@@ -37,7 +39,7 @@ impl WriteScript {
         self.0.prepare_invoke()
     }
 
-    /// The script's call for one aggregate; its four keys are in the organization's slot.
+    /// The script's call for one aggregate; its keys are in the organization's slot (or the API keys').
     pub fn invocation(&self, keys: &Keyspace, w: &Write<'_>) -> Cmd {
         let (topic, org, id, outcome) = (w.topic, w.org, w.aggregate_id, w.outcome);
         let state_key = keys.aggregate(topic, org, id);
@@ -61,8 +63,12 @@ impl WriteScript {
             IndexChange::None => ("none", String::new()),
             IndexChange::Add(score) => ("add", format!("{}", *score as i64)),
             IndexChange::Remove => ("remove", String::new()),
-            IndexChange::KeyLive => ("key-live", org.to_string()),
-            IndexChange::KeyRevoked => ("key-revoked", String::new()),
+            IndexChange::KeyLive { .. } => ("key-live", org.to_string()),
+            IndexChange::KeyRevoked { .. } => ("key-revoked", String::new()),
+        };
+        let retired = match &outcome.index {
+            IndexChange::KeyLive { retired } | IndexChange::KeyRevoked { retired } => retired.as_slice(),
+            _ => &[],
         };
         let (transcript_op, cues) = match &outcome.transcript {
             TranscriptChange::Keep => ("keep", ""),
@@ -73,11 +79,15 @@ impl WriteScript {
         let mut invocation = redis::cmd("EVALSHA");
         invocation
             .arg(self.0.get_hash())
-            .arg(4)
+            .arg(4 + retired.len())
             .arg(state_key)
             .arg(index_key)
             .arg(documents_key)
-            .arg(transcripts_key)
+            .arg(transcripts_key);
+        for sha in retired {
+            invocation.arg(keys.api_key_sha(sha));
+        }
+        invocation
             .arg(w.expected)
             .arg(outcome.sequence)
             .arg(state)
@@ -97,6 +107,7 @@ impl WriteScript {
     pub fn reply(value: Value) -> Result<Written, ReplyError> {
         match &value {
             Value::SimpleString(status) if status == "APPLIED" => Ok(Written::Applied),
+            Value::SimpleString(status) if status == "CLAIM-REFUSED" => Ok(Written::ClaimRefused),
             Value::BulkString(found) => {
                 let found = std::str::from_utf8(found).ok().and_then(|s| s.parse().ok());
                 found.map(Written::Conflict).ok_or(ReplyError(value))
