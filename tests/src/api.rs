@@ -8,7 +8,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
 use crate::kafka::{self, Outgoing, Topics};
-use crate::{env, eventually, projector, unique};
+use crate::{env, runner, unique};
 
 pub struct TestApp {
     pub address: String,
@@ -80,7 +80,7 @@ pub struct World {
     pub topics: Topics,
     pub prefix: String,
     pub app: TestApp,
-    pub projector: projector::Running,
+    pub projector: runner::Running,
     producer: rdkafka::producer::FutureProducer,
     published: u64,
 }
@@ -89,7 +89,7 @@ impl World {
     pub async fn start(messages: &[Outgoing]) -> Self {
         let topics = Topics::create().await;
         let prefix = unique("api");
-        let projector = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
+        let projector = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
         let app = spawn_app(config(&prefix, &env("REDIS_URL"))).await;
         let mut world = Self { topics, prefix, app, projector, producer: kafka::producer(), published: 0 };
         world.publish(messages).await;
@@ -101,9 +101,6 @@ impl World {
         kafka::publish(&self.producer, &self.topics, messages).await;
         self.published += messages.len() as u64;
         let (projector, total) = (&self.projector, self.published);
-        eventually(Duration::from_secs(60), "the projector to consume every event", || async {
-            (projector.consumed() >= total).then_some(())
-        })
-        .await;
+        projector.wait_until_consumed(total, Duration::from_secs(60)).await;
     }
 }

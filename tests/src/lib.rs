@@ -11,9 +11,10 @@ pub mod dump;
 pub mod events;
 pub mod fixture;
 pub mod kafka;
+pub mod metrics;
 pub mod own_redis;
-pub mod projector;
 pub mod read_model;
+pub mod runner;
 pub mod s3;
 pub mod scenario;
 

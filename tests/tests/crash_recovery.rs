@@ -7,7 +7,7 @@ use std::time::Duration;
 use end_to_end::dump::{digest, dump};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::scenario::Scenario;
-use end_to_end::{eventually, projector, read_model, redis, unique};
+use end_to_end::{eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use shared::Keyspace;
 
@@ -20,18 +20,15 @@ async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() 
     let mut conn = redis().await;
 
     let reference = Keyspace::new(unique("rm"), 1);
-    let running = projector::spawn(projector::config(&topics, reference.prefix(), &unique("g"))).await;
-    eventually(Duration::from_secs(120), "the uninterrupted run", || async {
-        (running.consumed() >= total as u64).then_some(())
-    })
-    .await;
+    let running = runner::spawn(runner::config(&topics, reference.prefix(), &unique("g"))).await;
+    running.wait_until_consumed(total as u64, Duration::from_secs(120)).await;
     running.stop().await;
     let expected = dump(&mut conn, &reference).await;
     assert!(expected.len() > 1000, "a large read model: {} keys", expected.len());
 
     let killed = Keyspace::new(unique("rm"), 1);
     let group = unique("g");
-    let mut child = projector::spawn_process(&topics, killed.prefix(), &group);
+    let mut child = runner::spawn_process(&topics, killed.prefix(), &group);
     for quarter in 1..=3 {
         // Kill once the projector has reached the aggregate of a message further along the stream.
         let message = &scenario.messages[total * quarter / 4];
@@ -44,7 +41,7 @@ async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() 
         .await;
         child.kill().expect("SIGKILL");
         child.wait().expect("killed projector exits");
-        child = projector::spawn_process(&topics, killed.prefix(), &group);
+        child = runner::spawn_process(&topics, killed.prefix(), &group);
     }
     eventually(Duration::from_secs(180), "every aggregate at its last sequence", || {
         let mut conn = conn.clone();
@@ -59,7 +56,7 @@ async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() 
 }
 
 /// SIGTERM, then the projector must finish its batch, commit and exit cleanly.
-fn terminate(mut child: projector::KillOnDrop) {
+fn terminate(mut child: runner::KillOnDrop) {
     let status = std::process::Command::new("kill").arg("-TERM").arg(child.id().to_string()).status();
     assert!(status.expect("kill runs").success());
     let exit = child.wait().expect("projector exits");
@@ -75,19 +72,13 @@ async fn a_restarted_projector_resumes_from_its_committed_offsets() {
     kafka::publish(&producer, &topics, first).await;
     let prefix = unique("rm");
     let group = unique("g");
-    let running = projector::spawn(projector::config(&topics, &prefix, &group)).await;
-    eventually(Duration::from_secs(60), "the first half", || async {
-        (running.consumed() >= first.len() as u64).then_some(())
-    })
-    .await;
+    let running = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    running.wait_until_consumed(first.len() as u64, Duration::from_secs(60)).await;
     running.stop().await;
 
     kafka::publish(&producer, &topics, second).await;
-    let running = projector::spawn(projector::config(&topics, &prefix, &group)).await;
-    eventually(Duration::from_secs(60), "the second half", || async {
-        (running.consumed() >= second.len() as u64).then_some(())
-    })
-    .await;
+    let running = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    running.wait_until_consumed(second.len() as u64, Duration::from_secs(60)).await;
     // Nothing of the first half was consumed again: the group's offsets were committed on shutdown.
     assert_eq!(running.consumed(), second.len() as u64);
     let keys = Keyspace::new(prefix, 1);

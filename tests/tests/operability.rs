@@ -6,20 +6,11 @@ use std::time::Duration;
 
 use end_to_end::events::{event, raw};
 use end_to_end::kafka::{self, Topics};
+use end_to_end::metrics::sample;
 use end_to_end::own_redis::OwnRedis;
-use end_to_end::{eventually, projector, unique};
+use end_to_end::{eventually, runner, unique};
 use serde_json::{json, Value};
 use shared::Topic;
-
-/// The sum of every sample of `name` whose labels contain all of `labels`.
-fn sample(metrics: &str, name: &str, labels: &[&str]) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(&format!("{name}{{")) || l.starts_with(&format!("{name} ")))
-        .filter(|l| labels.iter().all(|label| l.contains(label)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
 
 async fn get(url: &str) -> (u16, String) {
     let response = reqwest::get(url).await.expect("request");
@@ -44,15 +35,14 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
     ];
     let producer = kafka::producer();
     kafka::publish(&producer, &topics, &messages).await;
-    let mut config = projector::config(&topics, &unique("rm"), &unique("g"));
+    let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
     config.redis_url = redis.url();
     config.redis_cluster = false;
     config.http_addr = "127.0.0.1:0".parse().unwrap();
     config.stall_after_secs = 1;
-    let running = projector::spawn(config).await;
+    let running = runner::spawn(config).await;
     let base = format!("http://{}", running.http.expect("an HTTP server"));
-    eventually(Duration::from_secs(60), "every message consumed", || async { (running.consumed() >= 6).then_some(()) })
-        .await;
+    running.wait_until_consumed(6, Duration::from_secs(60)).await;
 
     let (status, metrics) = get(&format!("{base}/metrics")).await;
     assert_eq!(status, 200);
@@ -105,7 +95,7 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
 }
 
 fn run(topics: &Topics, prefix: &str, group: &str, args: &[&str]) -> String {
-    let output = projector::command(topics, prefix, group, args).stdout(Stdio::piped()).output().unwrap();
+    let output = runner::command(topics, prefix, group, args).stdout(Stdio::piped()).output().unwrap();
     assert!(output.status.success(), "projector {args:?}: {}", String::from_utf8_lossy(&output.stderr));
     String::from_utf8(output.stdout).unwrap()
 }
@@ -120,9 +110,8 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
     ];
     kafka::publish(&kafka::producer(), &topics, &messages).await;
     let (prefix, group) = (unique("rm"), unique("g"));
-    let running = projector::spawn(projector::config(&topics, &prefix, &group)).await;
-    eventually(Duration::from_secs(60), "every message consumed", || async { (running.consumed() >= 3).then_some(()) })
-        .await;
+    let running = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    running.wait_until_consumed(3, Duration::from_secs(60)).await;
 
     let dlq = format!("{}.dlq: 2", topics.study);
     let status = eventually(Duration::from_secs(30), "status with the committed offsets", || async {
@@ -141,8 +130,7 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
 
     let replayed = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["dlq", "replay"]));
     assert_eq!(replayed.trim(), "replayed 2 dead letters");
-    eventually(Duration::from_secs(60), "the replayed messages", || async { (running.consumed() >= 5).then_some(()) })
-        .await;
+    running.wait_until_consumed(5, Duration::from_secs(60)).await;
     assert_eq!(running.snapshot().dead_lettered, 4, "still bad, so back in the dead-letter topic");
     let again = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["dlq", "replay"]));
     assert_eq!(again.trim(), "replayed 2 dead letters", "only the new dead letters");

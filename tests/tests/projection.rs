@@ -6,7 +6,7 @@ use std::time::Duration;
 use end_to_end::events::{event, raw};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::scenario::Scenario;
-use end_to_end::{eventually, projector, read_model, redis, unique};
+use end_to_end::{eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
 use shared::{Keyspace, Topic};
@@ -19,9 +19,9 @@ async fn a_generated_stream_with_duplicates_and_interleaving_yields_exactly_the_
     let scenario = Scenario::generate(0x5eed_0001, 3, 8, 6);
     kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
     let prefix = unique("rm");
-    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
+    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
     let total = scenario.messages.len() as u64;
-    eventually(WAIT, "every message consumed", || async { (running.consumed() >= total).then_some(()) }).await;
+    running.wait_until_consumed(total, WAIT).await;
 
     let stats = running.snapshot();
     assert!(stats.duplicates > 0, "the stream redelivers events: {stats:?}");
@@ -54,8 +54,8 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_the_partition_goes_on()
     ];
     kafka::publish(&kafka::producer(), &topics, &messages).await;
     let prefix = unique("rm");
-    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
-    eventually(WAIT, "every message consumed", || async { (running.consumed() >= 5).then_some(()) }).await;
+    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
+    running.wait_until_consumed(5, WAIT).await;
 
     let keys = Keyspace::new(prefix, 1);
     let studies: Vec<String> = redis().await.zrange(keys.studies("org"), 0, -1).await.unwrap();
@@ -111,8 +111,8 @@ async fn an_event_of_another_organization_changes_nothing() {
     ];
     kafka::publish(&kafka::producer(), &topics, &messages).await;
     let prefix = unique("rm");
-    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
-    eventually(WAIT, "every message consumed", || async { (running.consumed() >= 6).then_some(()) }).await;
+    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
+    running.wait_until_consumed(6, WAIT).await;
 
     assert_eq!(running.snapshot().refused, 3);
     let keys = Keyspace::new(prefix, 1);
@@ -144,8 +144,8 @@ async fn an_unknown_event_type_is_skipped_and_counted_and_later_events_still_app
     ];
     kafka::publish(&kafka::producer(), &topics, &messages).await;
     let prefix = unique("rm");
-    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
-    eventually(WAIT, "every message consumed", || async { (running.consumed() >= 3).then_some(()) }).await;
+    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
+    running.wait_until_consumed(3, WAIT).await;
 
     let stats = running.snapshot();
     assert_eq!((stats.skipped, stats.applied, stats.gaps, stats.dead_lettered), (1, 2, 1, 0));
@@ -161,7 +161,7 @@ async fn a_batch_of_nothing_but_poison_messages_does_not_block_the_partition() {
     let producer = kafka::producer();
     kafka::publish(&producer, &topics, &[raw(Topic::Study, "s1", "{"), raw(Topic::Study, "s1", "[]")]).await;
     let prefix = unique("rm");
-    let running = projector::spawn(projector::config(&topics, &prefix, &unique("g"))).await;
+    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
     eventually(WAIT, "the poison messages set aside", || async {
         (running.snapshot().dead_lettered == 2).then_some(())
     })

@@ -7,12 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::projector::RebuildOptions as Options;
 use end_to_end::api::{self, spawn_app};
 use end_to_end::fixture;
 use end_to_end::kafka::{self, Outgoing, Topics};
 use end_to_end::scenario::Scenario;
-use end_to_end::{env, eventually, projector, redis, unique};
+use end_to_end::{env, eventually, redis, runner, unique};
+use projector::RebuildOptions as Options;
 use redis::AsyncCommands;
 use serde_json::json;
 use shared::Keyspace;
@@ -20,7 +20,7 @@ use shared::Keyspace;
 const SECRET: &str = "rebuild-test-key-0001";
 
 async fn digest(keys: &Keyspace) -> String {
-    projector::digest(keys).await
+    runner::digest(keys).await
 }
 
 async fn active(prefix: &str) -> Option<u64> {
@@ -30,9 +30,8 @@ async fn active(prefix: &str) -> Option<u64> {
 /// A fresh build of the same topics under another prefix, for comparison.
 async fn scratch_digest(topics: &Topics, total: u64) -> String {
     let prefix = unique("scratch");
-    let running = projector::spawn(projector::config(topics, &prefix, &unique("g"))).await;
-    eventually(Duration::from_secs(120), "the scratch build", || async { (running.consumed() >= total).then_some(()) })
-        .await;
+    let running = runner::spawn(runner::config(topics, &prefix, &unique("g"))).await;
+    running.wait_until_consumed(total, Duration::from_secs(120)).await;
     running.stop().await;
     digest(&Keyspace::new(prefix, 1)).await
 }
@@ -53,10 +52,9 @@ async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a
     let producer = kafka::producer();
     kafka::publish(&producer, &topics, &messages).await;
     let (prefix, group) = (unique("rb"), unique("g"));
-    let live = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
     let mut published = messages.len() as u64;
-    eventually(Duration::from_secs(60), "the live build", || async { (live.consumed() >= published).then_some(()) })
-        .await;
+    live.wait_until_consumed(published, Duration::from_secs(60)).await;
     let app = Arc::new(spawn_app(api::config(&prefix, &env("REDIS_URL"))).await);
 
     // A projection bug, fixed by the rebuild: a corrupted document in the live generation.
@@ -74,8 +72,8 @@ async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a
 
     let late = more_studies(&org, 0, 5);
     let (_keep_running, running) = tokio::sync::watch::channel(false);
-    let rebuild = tokio::spawn(::projector::rebuild(
-        projector::config(&topics, &prefix, &group),
+    let rebuild = tokio::spawn(projector::rebuild(
+        runner::config(&topics, &prefix, &group),
         Options {
             grace: Duration::from_secs(1),
             handover_lag: 0,
@@ -115,12 +113,9 @@ async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a
     stop.store(true, Ordering::Relaxed);
     let pages = pager.await.expect("no client ever saw an error or a shrunken list");
     assert!(pages > 0);
-    let old: Vec<String> = ::projector::generation_keys(&mut redis().await, &live_keys).await.unwrap();
+    let old: Vec<String> = projector::generation_keys(&mut redis().await, &live_keys).await.unwrap();
     assert!(old.is_empty(), "the old generation is deleted after the grace period: {} keys left", old.len());
-    eventually(Duration::from_secs(60), "the live projector to consume everything", || async {
-        (live.consumed() >= published).then_some(())
-    })
-    .await;
+    live.wait_until_consumed(published, Duration::from_secs(60)).await;
     let rebuilt_digest = digest(&Keyspace::new(prefix, 2)).await;
     assert_eq!(rebuilt_digest, scratch_digest(&topics, published).await);
     live.stop().await;
@@ -157,16 +152,12 @@ async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes(
     let total = scenario.messages.len();
     kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
     let (prefix, group) = (unique("rb"), unique("g"));
-    let live = projector::spawn(projector::config(&topics, &prefix, &group)).await;
-    eventually(Duration::from_secs(120), "the live build", || async {
-        (live.consumed() >= total as u64).then_some(())
-    })
-    .await;
+    let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    live.wait_until_consumed(total as u64, Duration::from_secs(120)).await;
 
     let rebuild = ["rebuild", "--grace-secs", "1", "--handover-lag", "0", "--lock-wait-secs", "0"];
-    let mut first = projector::KillOnDrop(
-        projector::command(&topics, &prefix, &group, &rebuild).stdout(Stdio::null()).spawn().unwrap(),
-    );
+    let mut first =
+        runner::KillOnDrop(runner::command(&topics, &prefix, &group, &rebuild).stdout(Stdio::null()).spawn().unwrap());
     let building = Keyspace::new(prefix.clone(), 2);
     let message = &scenario.messages[total / 3];
     let owner = building.owner(message.topic, &message.key);
@@ -175,8 +166,7 @@ async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes(
     })
     .await;
 
-    let second =
-        projector::output_within(projector::command(&topics, &prefix, &group, &rebuild), Duration::from_secs(60));
+    let second = runner::output_within(runner::command(&topics, &prefix, &group, &rebuild), Duration::from_secs(60));
     assert!(!second.status.success(), "two rebuilds cannot run at once");
     assert!(String::from_utf8_lossy(&second.stderr).contains("another rebuild is running"));
 
@@ -185,9 +175,9 @@ async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes(
     assert_eq!(active(&prefix).await, Some(1), "a killed rebuild never becomes active");
 
     let resume = ["rebuild", "--grace-secs", "1", "--handover-lag", "0", "--lock-wait-secs", "30"];
-    let command = projector::command(&topics, &prefix, &group, &resume);
+    let command = runner::command(&topics, &prefix, &group, &resume);
     let output =
-        tokio::task::spawn_blocking(move || projector::output_within(command, Duration::from_secs(180))).await.unwrap();
+        tokio::task::spawn_blocking(move || runner::output_within(command, Duration::from_secs(180))).await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     assert!(stdout.contains("resuming the interrupted rebuild of generation 2"), "{stdout}");
@@ -203,17 +193,17 @@ async fn a_rebuild_whose_generation_lost_its_data_starts_over_and_says_so() {
     let messages = fixture::completed_study("org", "s1", "2026-03-01T00:00:00Z").messages;
     kafka::publish(&kafka::producer(), &topics, &messages).await;
     let (prefix, group) = (unique("rb"), unique("g"));
-    let live = projector::spawn(projector::config(&topics, &prefix, &group)).await;
-    eventually(Duration::from_secs(60), "the live build", || async { (live.consumed() >= 3).then_some(()) }).await;
+    let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    live.wait_until_consumed(3, Duration::from_secs(60)).await;
     // An interrupted rebuild of generation 5 whose keys are gone, as after a Redis restart without them.
     let state = [("generation", "5"), ("group", "lost-group"), ("phase", "building")];
     let _: () = redis().await.hset_multiple(Keyspace::rebuild(&prefix), &state).await.unwrap();
     let _: () = redis().await.set(Keyspace::generation_counter(&prefix), 5).await.unwrap();
 
     let rebuild = ["rebuild", "--grace-secs", "0", "--handover-lag", "0", "--lock-wait-secs", "0"];
-    let command = projector::command(&topics, &prefix, &group, &rebuild);
+    let command = runner::command(&topics, &prefix, &group, &rebuild);
     let output =
-        tokio::task::spawn_blocking(move || projector::output_within(command, Duration::from_secs(120))).await.unwrap();
+        tokio::task::spawn_blocking(move || runner::output_within(command, Duration::from_secs(120))).await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     assert!(stdout.contains("starting over: the interrupted rebuild's generation 5 lost its data"), "{stdout}");

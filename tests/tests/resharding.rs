@@ -10,7 +10,7 @@ use end_to_end::api::{config, spawn_app, TestApp};
 use end_to_end::cluster::{self, Primary};
 use end_to_end::fixture::{completed, completed_study, interview, key};
 use end_to_end::kafka::{self, Outgoing, Topics};
-use end_to_end::{env, eventually, projector, unique};
+use end_to_end::{env, eventually, runner, unique};
 use serde_json::json;
 
 const SECRET: &str = "resharding-key-000001";
@@ -81,10 +81,10 @@ async fn moving_an_organizations_slot_under_load_returns_no_error_and_loses_no_e
     let first = [key(&org, "k", SECRET).messages, studies(&org, 0, BEFORE)].concat();
     kafka::publish(&producer, &topics, &first).await;
     let prefix = unique("rs");
-    let mut projector_config = projector::config(&topics, &prefix, &unique("g"));
+    let mut projector_config = runner::config(&topics, &prefix, &unique("g"));
     projector_config.redis_url = env("REDIS_CLUSTER_URLS");
     projector_config.redis_cluster = true;
-    let projector = projector::spawn(projector_config).await;
+    let projector = runner::spawn(projector_config).await;
     let mut api_config = config(&prefix, &env("REDIS_CLUSTER_URLS"));
     api_config.redis_cluster = true;
     let app = Arc::new(spawn_app(api_config).await);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use end_to_end::kafka::{self, Topics};
 use end_to_end::own_redis::OwnRedis;
 use end_to_end::scenario::Scenario;
-use end_to_end::{eventually, projector, read_model, unique};
+use end_to_end::{eventually, read_model, runner, unique};
 use shared::connection::{Connection, Settings, Target};
 use shared::Keyspace;
 
@@ -21,19 +21,16 @@ async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_event
     kafka::publish(&producer, &topics, first).await;
 
     let prefix = unique("rm");
-    let mut config = projector::config(&topics, &prefix, &unique("g"));
+    let mut config = runner::config(&topics, &prefix, &unique("g"));
     config.redis_url = redis.url();
     config.redis_cluster = false;
     config.redis_timeout_ms = 500;
     let running = eventually(Duration::from_secs(10), "the projector to connect", || {
         let config = config.clone();
-        async move { Some(projector::spawn(config).await) }
+        async move { Some(runner::spawn(config).await) }
     })
     .await;
-    eventually(Duration::from_secs(60), "the first half", || async {
-        (running.consumed() >= first.len() as u64).then_some(())
-    })
-    .await;
+    running.wait_until_consumed(first.len() as u64, Duration::from_secs(60)).await;
 
     redis.stop();
     kafka::publish(&producer, &topics, second).await;
@@ -44,10 +41,7 @@ async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_event
     assert!(running.consumed() < scenario.messages.len() as u64, "nothing was applied while Redis was away");
     redis.restart();
     let total = scenario.messages.len() as u64;
-    eventually(Duration::from_secs(60), "the second half after the outage", || async {
-        (running.consumed() >= total).then_some(())
-    })
-    .await;
+    running.wait_until_consumed(total, Duration::from_secs(60)).await;
 
     let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 0 };
     let mut conn = Connection::connect(&Target::Single(redis.url()), settings).await.unwrap();

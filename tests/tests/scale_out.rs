@@ -9,7 +9,7 @@ use end_to_end::dump::dump;
 use end_to_end::fixture::{self, key, ACME, ACME_KEY};
 use end_to_end::kafka::{self, Topics, PARTITIONS};
 use end_to_end::scenario::Scenario;
-use end_to_end::{env, eventually, projector, read_model, redis, unique};
+use end_to_end::{env, eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use shared::connection::Connection;
@@ -20,7 +20,7 @@ const ALL_PARTITIONS: usize = 3 * PARTITIONS as usize;
 
 /// The live projectors registered under a prefix, as (instance id, partitions, generation).
 async fn instances(conn: &mut Connection, prefix: &str) -> Vec<(String, usize, u64)> {
-    let live = ::projector::live_instances(conn, prefix).await.expect("instances");
+    let live = projector::live_instances(conn, prefix).await.expect("instances");
     let mut all: Vec<_> = live.into_iter().map(|(id, i)| (id, i.partitions, i.generation)).collect();
     all.sort();
     all
@@ -37,8 +37,8 @@ async fn two_projectors_split_the_partitions_and_the_survivor_of_a_sigkill_ends_
     let mut conn = redis().await;
 
     let (prefix, group) = (unique("rm"), unique("g"));
-    let mut doomed = projector::spawn_process(&topics, &prefix, &group);
-    let survivor = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    let mut doomed = runner::spawn_process(&topics, &prefix, &group);
+    let survivor = runner::spawn(runner::config(&topics, &prefix, &group)).await;
     let split = eventually(Duration::from_secs(60), "both projectors to hold partitions", || {
         let (mut conn, prefix) = (conn.clone(), prefix.clone());
         async move {
@@ -84,11 +84,8 @@ async fn two_projectors_split_the_partitions_and_the_survivor_of_a_sigkill_ends_
     survivor.stop().await;
 
     let reference = Keyspace::new(unique("rm"), 1);
-    let single = projector::spawn(projector::config(&topics, reference.prefix(), &unique("g"))).await;
-    eventually(Duration::from_secs(120), "the uninterrupted run", || async {
-        (single.consumed() >= total as u64).then_some(())
-    })
-    .await;
+    let single = runner::spawn(runner::config(&topics, reference.prefix(), &unique("g"))).await;
+    single.wait_until_consumed(total as u64, Duration::from_secs(120)).await;
     single.stop().await;
     let expected = dump(&mut conn, &reference).await;
     assert!(expected.len() > 1000, "a large read model: {} keys", expected.len());
@@ -102,8 +99,8 @@ async fn a_rebuild_switches_every_live_projector_of_the_group_once() {
     let total = scenario.messages.len() as u64;
     kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
     let (prefix, group) = (unique("rm"), unique("g"));
-    let one = projector::spawn(projector::config(&topics, &prefix, &group)).await;
-    let two = projector::spawn(projector::config(&topics, &prefix, &group)).await;
+    let one = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    let two = runner::spawn(runner::config(&topics, &prefix, &group)).await;
     eventually(Duration::from_secs(120), "the two live projectors to apply everything", || async {
         (one.consumed() + two.consumed() >= total).then_some(())
     })
@@ -116,9 +113,9 @@ async fn a_rebuild_switches_every_live_projector_of_the_group_once() {
     .await;
 
     let rebuild = ["rebuild", "--grace-secs", "1", "--handover-lag", "0"];
-    let command = projector::command(&topics, &prefix, &group, &rebuild);
+    let command = runner::command(&topics, &prefix, &group, &rebuild);
     let output =
-        tokio::task::spawn_blocking(move || projector::output_within(command, Duration::from_secs(180))).await.unwrap();
+        tokio::task::spawn_blocking(move || runner::output_within(command, Duration::from_secs(180))).await.unwrap();
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{stdout}");
     assert_eq!(stdout.matches("switched to generation").count(), 1, "{stdout}");
@@ -204,18 +201,15 @@ async fn two_api_instances_answer_alike_and_follow_key_deletions_and_generation_
 
     // A generation switch: generation 2 is built beside generation 1, made active, and generation 1
     // deleted at once; within a second both serve generation 2, with the same answers as before.
-    let mut builder = projector::config(&world.topics, &world.prefix, &unique("g"));
+    let mut builder = runner::config(&world.topics, &world.prefix, &unique("g"));
     builder.generation = Some(2);
-    let builder = projector::spawn(builder).await;
+    let builder = runner::spawn(builder).await;
     let published = world.projector.consumed();
-    eventually(Duration::from_secs(60), "generation 2 to be built", || async {
-        (builder.consumed() >= published).then_some(())
-    })
-    .await;
+    builder.wait_until_consumed(published, Duration::from_secs(60)).await;
     builder.stop().await;
     let mut conn = redis().await;
     let _: () = conn.set(Keyspace::active_generation(&world.prefix), 2).await.unwrap();
-    ::projector::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await.unwrap();
+    projector::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await.unwrap();
     eventually(Duration::from_secs(1), "both instances to serve generation 2", || async {
         (answers(ACME_KEY).await == before).then_some(())
     })

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use projector::{Config, Counts, Metrics, Outcome, Projector};
@@ -83,6 +84,12 @@ impl Running {
     /// Messages consumed so far, whatever became of them.
     pub fn consumed(&self) -> u64 {
         self.counts().consumed()
+    }
+
+    /// Waits until at least `total` messages were consumed, or fails the test after `timeout`.
+    pub async fn wait_until_consumed(&self, total: u64, timeout: Duration) {
+        let what = format!("{total} messages consumed");
+        crate::eventually(timeout, &what, || async { (self.consumed() >= total).then_some(()) }).await
     }
 
     /// The projector's totals by outcome.

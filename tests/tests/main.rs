@@ -1,0 +1,16 @@
+//! The end-to-end suite: every test against the real servers of the local stack (`scripts/stack up`),
+//! one module per area, in one binary. Each test creates its own topics, key prefix and consumer group
+//! (or its own Redis), so they run in parallel.
+
+mod api;
+mod counting;
+mod crash_recovery;
+mod http;
+mod media;
+mod operability;
+mod projection;
+mod rebuild;
+mod resharding;
+mod resilience;
+mod revocation;
+mod scale_out;
