@@ -10,6 +10,8 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use shared::Topic;
 
+use crate::scenario::Scenario;
+
 use crate::{env, unique};
 
 pub const PARTITIONS: i32 = 3;
@@ -135,4 +137,12 @@ pub async fn read(topic: &str, count: usize, timeout: Duration) -> Vec<Received>
     })
     .await
     .expect("reader thread")
+}
+
+/// Topics of a test's own holding a generated stream (see [`Scenario::generate`]), all of it published.
+pub async fn published_scenario(seed: u64, orgs: usize, studies: usize, interviews: usize) -> (Topics, Scenario) {
+    let topics = Topics::create().await;
+    let scenario = Scenario::generate(seed, orgs, studies, interviews);
+    publish(&producer(), &topics, &scenario.messages).await;
+    (topics, scenario)
 }

@@ -174,3 +174,14 @@ pub fn output_within(mut command: Command, deadline: std::time::Duration) -> std
 pub async fn digest(keys: &shared::Keyspace) -> String {
     projector::Digest::of(&mut crate::redis().await, keys).await.expect("digest").to_string()
 }
+
+/// The read model of `topics` built from scratch, under a prefix of its own, by a projector of its own:
+/// the reference a run with faults must end identical to. Returns that build's keys once `total`
+/// messages were consumed.
+pub async fn build_from_scratch(topics: &Topics, total: u64) -> shared::Keyspace {
+    let keys = shared::Keyspace::new(crate::unique("scratch"), 1);
+    let running = spawn(config(topics, keys.prefix(), &crate::unique("g"))).await;
+    running.wait_until_consumed(total, Duration::from_secs(120)).await;
+    running.stop().await;
+    keys
+}

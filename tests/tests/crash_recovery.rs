@@ -13,16 +13,11 @@ use shared::Keyspace;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() {
-    let topics = Topics::create().await;
-    let scenario = Scenario::generate(0x5eed_0002, 5, 25, 10);
+    let (topics, scenario) = kafka::published_scenario(0x5eed_0002, 5, 25, 10).await;
     let total = scenario.messages.len();
-    kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
     let mut conn = redis().await;
 
-    let reference = Keyspace::new(unique("rm"), 1);
-    let running = runner::spawn(runner::config(&topics, reference.prefix(), &unique("g"))).await;
-    running.wait_until_consumed(total as u64, Duration::from_secs(120)).await;
-    running.stop().await;
+    let reference = runner::build_from_scratch(&topics, total as u64).await;
     let expected = dump(&mut conn, &reference).await;
     assert!(expected.len() > 1000, "a large read model: {} keys", expected.len());
 

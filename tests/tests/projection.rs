@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use end_to_end::events::{event, raw};
 use end_to_end::kafka::{self, Topics};
-use end_to_end::scenario::Scenario;
 use end_to_end::{eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
@@ -15,9 +14,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generated_stream_with_duplicates_and_interleaving_yields_exactly_the_model_state() {
-    let topics = Topics::create().await;
-    let scenario = Scenario::generate(0x5eed_0001, 3, 8, 6);
-    kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
+    let (topics, scenario) = kafka::published_scenario(0x5eed_0001, 3, 8, 6).await;
     let prefix = unique("rm");
     let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
     let total = scenario.messages.len() as u64;

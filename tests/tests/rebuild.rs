@@ -29,11 +29,7 @@ async fn active(prefix: &str) -> Option<u64> {
 
 /// A fresh build of the same topics under another prefix, for comparison.
 async fn scratch_digest(topics: &Topics, total: u64) -> String {
-    let prefix = unique("scratch");
-    let running = runner::spawn(runner::config(topics, &prefix, &unique("g"))).await;
-    running.wait_until_consumed(total, Duration::from_secs(120)).await;
-    running.stop().await;
-    digest(&Keyspace::new(prefix, 1)).await
+    digest(&runner::build_from_scratch(topics, total).await).await
 }
 
 fn more_studies(org: &str, from: usize, count: usize) -> Vec<Outgoing> {
@@ -147,10 +143,8 @@ async fn page_continuously(app: Arc<api::TestApp>, floor: u64, stop: Arc<AtomicB
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes() {
-    let topics = Topics::create().await;
-    let scenario = Scenario::generate(0x5eed_0011, 4, 20, 6);
+    let (topics, scenario) = kafka::published_scenario(0x5eed_0011, 4, 20, 6).await;
     let total = scenario.messages.len();
-    kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
     let (prefix, group) = (unique("rb"), unique("g"));
     let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
     live.wait_until_consumed(total as u64, Duration::from_secs(120)).await;

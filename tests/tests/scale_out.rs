@@ -83,10 +83,7 @@ async fn two_projectors_split_the_partitions_and_the_survivor_of_a_sigkill_ends_
     .await;
     survivor.stop().await;
 
-    let reference = Keyspace::new(unique("rm"), 1);
-    let single = runner::spawn(runner::config(&topics, reference.prefix(), &unique("g"))).await;
-    single.wait_until_consumed(total as u64, Duration::from_secs(120)).await;
-    single.stop().await;
+    let reference = runner::build_from_scratch(&topics, total as u64).await;
     let expected = dump(&mut conn, &reference).await;
     assert!(expected.len() > 1000, "a large read model: {} keys", expected.len());
     assert_eq!(dump(&mut conn, &keys).await, expected);
@@ -94,10 +91,8 @@ async fn two_projectors_split_the_partitions_and_the_survivor_of_a_sigkill_ends_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_switches_every_live_projector_of_the_group_once() {
-    let topics = Topics::create().await;
-    let scenario = Scenario::generate(0x5eed_0062, 2, 10, 4);
+    let (topics, scenario) = kafka::published_scenario(0x5eed_0062, 2, 10, 4).await;
     let total = scenario.messages.len() as u64;
-    kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
     let (prefix, group) = (unique("rm"), unique("g"));
     let one = runner::spawn(runner::config(&topics, &prefix, &group)).await;
     let two = runner::spawn(runner::config(&topics, &prefix, &group)).await;
