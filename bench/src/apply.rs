@@ -3,9 +3,8 @@
 //! dead letters going nowhere.
 
 use anyhow::{bail, Result};
-use projector::batch::{project, Record, SetAside};
+use projector::batch::{project, BrokerError, DeadLetter, Record, SetAside};
 use projector::{Metrics, Outcome, Store};
-use rdkafka::error::KafkaError;
 use shared::connection::{Connection, Settings, Target};
 use shared::{Keyspace, Topic};
 
@@ -23,7 +22,7 @@ pub async fn store(target: &Target, prefix: &str) -> Result<Store> {
 struct Nowhere;
 
 impl SetAside for Nowhere {
-    async fn set_aside(&self, _: &[projector::batch::DeadLetter]) -> Result<(), KafkaError> {
+    async fn set_aside(&self, _: &[DeadLetter]) -> Result<(), BrokerError> {
         Ok(())
     }
 }

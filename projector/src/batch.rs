@@ -15,14 +15,13 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use rdkafka::error::KafkaError;
 use shared::{decode, Decoded, Event, Topic};
 use tokio::sync::watch;
 
 use crate::backoff::Backoff;
 use crate::observe::{Metrics, Outcome, Tally};
 use crate::source::Source;
-pub use crate::source::{DeadLetter, Record};
+pub use crate::source::{BrokerError, DeadLetter, Record};
 use crate::store::{Group, Store};
 
 /// What one call of [`step`] did.
@@ -59,11 +58,11 @@ pub async fn step(
 
 /// Where poison messages go; the broker's dead-letter topics, or nowhere for a benchmark from memory.
 pub trait SetAside {
-    fn set_aside(&self, letters: &[DeadLetter]) -> impl Future<Output = Result<(), KafkaError>> + Send;
+    fn set_aside(&self, letters: &[DeadLetter]) -> impl Future<Output = Result<(), BrokerError>> + Send;
 }
 
 impl SetAside for Source {
-    async fn set_aside(&self, letters: &[DeadLetter]) -> Result<(), KafkaError> {
+    async fn set_aside(&self, letters: &[DeadLetter]) -> Result<(), BrokerError> {
         self.write_dead_letters(letters).await
     }
 }

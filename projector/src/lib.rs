@@ -41,7 +41,7 @@ pub use store::{active_generation, delete_generation, generation_keys, Digest, S
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("kafka: {0}")]
-    Kafka(#[from] rdkafka::error::KafkaError),
+    Kafka(#[from] source::BrokerError),
     #[error("redis: {0}")]
     Redis(#[from] redis::RedisError),
     #[error("invalid configuration: {0}")]

@@ -7,7 +7,8 @@ use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
-use crate::kafka::{self, Outgoing, Topics};
+use crate::events::Outgoing;
+use crate::kafka::{self, Topics};
 use crate::{env, runner, unique};
 
 pub struct TestApp {

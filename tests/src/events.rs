@@ -3,7 +3,13 @@
 use serde_json::{json, Value};
 use shared::Topic;
 
-use crate::kafka::Outgoing;
+/// One message to publish: topic, key, value.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    pub topic: Topic,
+    pub key: String,
+    pub value: Vec<u8>,
+}
 
 /// One event of the contract, ready to publish.
 pub fn event(topic: Topic, org: &str, aggregate: &str, sequence: u64, kind: &str, at: &str, data: Value) -> Outgoing {

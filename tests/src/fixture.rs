@@ -4,8 +4,8 @@
 use serde_json::{json, Value};
 use shared::Topic;
 
+use crate::events::Outgoing;
 use crate::events::{event, sha256_hex};
-use crate::kafka::Outgoing;
 
 pub const ACME: &str = "org_acme";
 pub const GLOBEX: &str = "org_globex";

@@ -10,8 +10,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use shared::Topic;
 
-use crate::scenario::Scenario;
-
+use crate::events::Outgoing;
 use crate::{env, unique};
 
 pub const PARTITIONS: i32 = 3;
@@ -53,14 +52,6 @@ impl Topics {
             Topic::ApiKey => &self.api_key,
         }
     }
-}
-
-/// One message to publish: topic, key, value.
-#[derive(Debug, Clone)]
-pub struct Outgoing {
-    pub topic: Topic,
-    pub key: String,
-    pub value: Vec<u8>,
 }
 
 pub fn producer() -> FutureProducer {
@@ -137,12 +128,4 @@ pub async fn read(topic: &str, count: usize, timeout: Duration) -> Vec<Received>
     })
     .await
     .expect("reader thread")
-}
-
-/// Topics of a test's own holding a generated stream (see [`Scenario::generate`]), all of it published.
-pub async fn published_scenario(seed: u64, orgs: usize, studies: usize, interviews: usize) -> (Topics, Scenario) {
-    let topics = Topics::create().await;
-    let scenario = Scenario::generate(seed, orgs, studies, interviews);
-    publish(&producer(), &topics, &scenario.messages).await;
-    (topics, scenario)
 }

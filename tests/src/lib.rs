@@ -14,6 +14,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod own_redis;
 pub mod read_model;
+mod rng;
 pub mod runner;
 pub mod s3;
 pub mod scenario;

@@ -6,14 +6,14 @@ use std::time::Duration;
 
 use end_to_end::dump::{digest, dump};
 use end_to_end::kafka::{self, Topics};
-use end_to_end::scenario::Scenario;
+use end_to_end::scenario::{self, Scenario};
 use end_to_end::{eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use shared::Keyspace;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() {
-    let (topics, scenario) = kafka::published_scenario(0x5eed_0002, 5, 25, 10).await;
+    let (topics, scenario) = scenario::published(0x5eed_0002, 5, 25, 10).await;
     let total = scenario.messages.len();
     let mut conn = redis().await;
 

@@ -45,7 +45,7 @@ async fn the_webvtt_transcript_reads_back_as_the_original_texts_and_times() {
     );
 }
 
-fn videos(world_key: &str, object: &str) -> Vec<end_to_end::kafka::Outgoing> {
+fn videos(world_key: &str, object: &str) -> Vec<end_to_end::events::Outgoing> {
     let bucket = env("S3_BUCKET");
     [
         fixture::completed(interview(ACME, "v_default", "s_b", "2026-03-02T10:00:00Z").then(

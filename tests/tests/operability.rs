@@ -17,7 +17,7 @@ async fn get(url: &str) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-fn study(id: &str, seq: u64, kind: &str, data: Value) -> kafka::Outgoing {
+fn study(id: &str, seq: u64, kind: &str, data: Value) -> end_to_end::events::Outgoing {
     event(Topic::Study, "org", id, seq, kind, "2026-05-01T10:00:00Z", data)
 }
 

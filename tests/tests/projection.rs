@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use end_to_end::events::{event, raw};
 use end_to_end::kafka::{self, Topics};
+use end_to_end::scenario;
 use end_to_end::{eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
@@ -14,7 +15,7 @@ const WAIT: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generated_stream_with_duplicates_and_interleaving_yields_exactly_the_model_state() {
-    let (topics, scenario) = kafka::published_scenario(0x5eed_0001, 3, 8, 6).await;
+    let (topics, scenario) = scenario::published(0x5eed_0001, 3, 8, 6).await;
     let prefix = unique("rm");
     let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
     let total = scenario.messages.len() as u64;

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use end_to_end::api::{self, spawn_app};
+use end_to_end::events::Outgoing;
 use end_to_end::fixture;
-use end_to_end::kafka::{self, Outgoing, Topics};
-use end_to_end::scenario::Scenario;
+use end_to_end::kafka::{self, Topics};
+use end_to_end::scenario::{self, Scenario};
 use end_to_end::{env, eventually, redis, runner, unique};
 use projector::RebuildOptions as Options;
 use redis::AsyncCommands;
@@ -143,7 +144,7 @@ async fn page_continuously(app: Arc<api::TestApp>, floor: u64, stop: Arc<AtomicB
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes() {
-    let (topics, scenario) = kafka::published_scenario(0x5eed_0011, 4, 20, 6).await;
+    let (topics, scenario) = scenario::published(0x5eed_0011, 4, 20, 6).await;
     let total = scenario.messages.len();
     let (prefix, group) = (unique("rb"), unique("g"));
     let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;

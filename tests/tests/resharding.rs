@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use end_to_end::api::{config, spawn_app, TestApp};
 use end_to_end::cluster::{self, Primary};
+use end_to_end::events::Outgoing;
 use end_to_end::fixture::{completed, completed_study, interview, key};
-use end_to_end::kafka::{self, Outgoing, Topics};
+use end_to_end::kafka::{self, Topics};
 use end_to_end::{env, eventually, runner, unique};
 use serde_json::json;
 

@@ -3,9 +3,9 @@
 //! key's organization.
 
 use end_to_end::api::World;
+use end_to_end::events::Outgoing;
 use end_to_end::events::{event, sha256_hex};
 use end_to_end::fixture;
-use end_to_end::kafka::Outgoing;
 use serde_json::json;
 use shared::Topic;
 

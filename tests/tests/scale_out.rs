@@ -8,7 +8,7 @@ use end_to_end::api::{config, spawn_app, World};
 use end_to_end::dump::dump;
 use end_to_end::fixture::{self, key, ACME, ACME_KEY};
 use end_to_end::kafka::{self, Topics, PARTITIONS};
-use end_to_end::scenario::Scenario;
+use end_to_end::scenario::{self, Scenario};
 use end_to_end::{env, eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -91,7 +91,7 @@ async fn two_projectors_split_the_partitions_and_the_survivor_of_a_sigkill_ends_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_switches_every_live_projector_of_the_group_once() {
-    let (topics, scenario) = kafka::published_scenario(0x5eed_0062, 2, 10, 4).await;
+    let (topics, scenario) = scenario::published(0x5eed_0062, 2, 10, 4).await;
     let total = scenario.messages.len() as u64;
     let (prefix, group) = (unique("rm"), unique("g"));
     let one = runner::spawn(runner::config(&topics, &prefix, &group)).await;

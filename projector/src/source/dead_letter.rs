@@ -17,7 +17,7 @@ use rdkafka::Offset;
 use shared::Topic;
 
 use super::offsets::{partition_list, partitions};
-use super::{consumer, Partition, Record};
+use super::{consumer, BrokerError, Partition, Record};
 use crate::config::Config;
 
 const REASON: &str = "dlq-reason";
@@ -146,13 +146,13 @@ fn read(consumer: &BaseConsumer, config: &Config, from_committed: bool) -> Resul
 }
 
 /// Every dead letter.
-pub fn list(config: &Config) -> Result<Vec<Listed>, KafkaError> {
+pub fn list(config: &Config) -> Result<Vec<Listed>, BrokerError> {
     let consumer = consumer::inspector(config, &format!("{}-dlq-list", config.group_id))?;
-    tokio::task::block_in_place(|| read(&consumer, config, false))
+    Ok(tokio::task::block_in_place(|| read(&consumer, config, false))?)
 }
 
 /// Publishes every dead letter not replayed yet back to its original topic; returns how many.
-pub async fn replay(config: &Config) -> Result<usize, KafkaError> {
+pub async fn replay(config: &Config) -> Result<usize, BrokerError> {
     let consumer = consumer::inspector(config, &format!("{}-dlq-replay", config.group_id))?;
     let letters = tokio::task::block_in_place(|| read(&consumer, config, true))?;
     let producer = consumer::producer(config)?;

@@ -24,6 +24,11 @@ pub use offsets::Progress;
 use crate::config::Config;
 use crate::observe::Metrics;
 
+/// A broker operation that failed, with what librdkafka said.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BrokerError(#[from] KafkaError);
+
 /// A partition of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Partition {
@@ -75,7 +80,7 @@ pub struct Source {
 }
 
 impl Source {
-    pub fn connect(config: &Config, metrics: Arc<Metrics>) -> Result<Self, KafkaError> {
+    pub fn connect(config: &Config, metrics: Arc<Metrics>) -> Result<Self, BrokerError> {
         Ok(Self {
             consumer: consumer::consumer(config, metrics)?,
             producer: consumer::producer(config)?,
@@ -97,8 +102,8 @@ impl Source {
     }
 
     /// Writes dead letters and waits until the broker has them all.
-    pub async fn write_dead_letters(&self, letters: &[DeadLetter]) -> Result<(), KafkaError> {
-        dead_letter::write(&self.producer, letters).await
+    pub async fn write_dead_letters(&self, letters: &[DeadLetter]) -> Result<(), BrokerError> {
+        Ok(dead_letter::write(&self.producer, letters).await?)
     }
 
     /// Commits a batch that was applied: asynchronously, or synchronously when `sync` (shutting down).
@@ -132,7 +137,7 @@ impl Source {
     }
 
     /// Every partition of the three topics, read again from the broker every 30 s.
-    pub fn partitions(&mut self) -> Result<&[Partition], KafkaError> {
+    pub fn partitions(&mut self) -> Result<&[Partition], BrokerError> {
         if self.partitions.as_ref().is_none_or(|(read, _)| read.elapsed() >= PARTITIONS_TTL) {
             let mut all = Vec::new();
             for topic in &self.topics {
@@ -147,7 +152,7 @@ impl Source {
     /// Reads `share` from the group's committed offsets (or the earliest); false when it is what this
     /// consumer reads already. What was applied is committed first, so that an instance taking a
     /// partition over starts where this one stopped.
-    pub fn assign(&mut self, share: BTreeSet<Partition>) -> Result<bool, KafkaError> {
+    pub fn assign(&mut self, share: BTreeSet<Partition>) -> Result<bool, BrokerError> {
         if share == self.assigned {
             return Ok(false);
         }
@@ -170,26 +175,26 @@ impl Source {
     }
 
     /// What this projector's own group has committed, per partition.
-    pub fn committed(&self) -> Result<HashMap<Partition, i64>, KafkaError> {
+    pub fn committed(&self) -> Result<HashMap<Partition, i64>, BrokerError> {
         let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
         Ok(offsets::committed(tokio::task::block_in_place(|| offsets::progress(&self.consumer, &topics))?))
     }
 }
 
 /// Where consumer group `group` stands on every partition of the three topics.
-pub fn group_progress(config: &Config, group: &str) -> Result<Vec<Progress>, KafkaError> {
+pub fn group_progress(config: &Config, group: &str) -> Result<Vec<Progress>, BrokerError> {
     let names: Vec<&str> = Topic::ALL.iter().map(|t| config.topic_name(*t)).collect();
     let inspector = consumer::inspector(config, group)?;
-    tokio::task::block_in_place(|| offsets::progress(&inspector, &names))
+    Ok(tokio::task::block_in_place(|| offsets::progress(&inspector, &names))?)
 }
 
 /// What consumer group `group` has committed, per partition of the three topics.
-pub fn group_committed(config: &Config, group: &str) -> Result<HashMap<Partition, i64>, KafkaError> {
+pub fn group_committed(config: &Config, group: &str) -> Result<HashMap<Partition, i64>, BrokerError> {
     Ok(offsets::committed(group_progress(config, group)?))
 }
 
 /// Messages waiting in each dead-letter topic.
-pub fn dead_letter_depths(config: &Config) -> Result<Vec<(String, i64)>, KafkaError> {
+pub fn dead_letter_depths(config: &Config) -> Result<Vec<(String, i64)>, BrokerError> {
     let inspector = consumer::inspector(config, &config.group_id)?;
     let mut depths = Vec::new();
     for topic in Topic::ALL {

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, FixedOffset, SecondsFormat, TimeZone};
 use end_to_end::events::sha256_hex;
-use end_to_end::kafka::Outgoing;
+use end_to_end::events::Outgoing;
 use serde_json::{json, Value};
 use shared::Topic;
 
