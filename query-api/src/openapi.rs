@@ -20,7 +20,7 @@ use crate::routes;
     servers((url = "/v1", description = "Version 1; the base address carries the version")),
     paths(routes::list_studies, routes::get_study, routes::list_interviews, routes::get_interview),
     components(schemas(StudyListItem, Study, Interview, Participant, Facet, PageInfo, StudyPage, InterviewPage, ErrorBody)),
-    modifiers(&Security),
+    modifiers(&Security, &Headers),
     security(("bearerAuth" = []), ("serviceApiKey" = [])),
     tags(
         (name = "studies", description = "Completed studies"),
@@ -53,6 +53,36 @@ impl Modify for Security {
     }
 }
 
+/// Headers every response carries (`x-request-id`), and `Retry-After` on 503: declared once here rather
+/// than on every response of every handler.
+struct Headers;
+
+impl Modify for Headers {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::header::HeaderBuilder;
+        use utoipa::openapi::{RefOr, Type};
+        let request_id = HeaderBuilder::new()
+            .schema(utoipa::openapi::ObjectBuilder::new().schema_type(Type::String))
+            .description(Some("The request's id: the caller's `x-request-id` if it sent one, else a new UUID"))
+            .build();
+        let retry_after = HeaderBuilder::new()
+            .schema(utoipa::openapi::ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)))
+            .description(Some("Seconds to wait before retrying"))
+            .build();
+        for item in openapi.paths.paths.values_mut() {
+            for operation in [&mut item.get, &mut item.head].into_iter().flatten() {
+                for (status, response) in operation.responses.responses.iter_mut() {
+                    let RefOr::T(response) = response else { continue };
+                    response.headers.insert("x-request-id".into(), request_id.clone());
+                    if status == "503" {
+                        response.headers.insert("Retry-After".into(), retry_after.clone());
+                    }
+                }
+            }
+        }
+    }
+}
+
 /// The definition as served at `/v1/openapi.json` and kept in `query-api/openapi.json`.
 pub fn document() -> String {
     ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serializes") + "\n"
@@ -81,5 +111,16 @@ mod tests {
         paths.sort();
         assert_eq!(paths, ["/interviews/{id}", "/studies", "/studies/{id}", "/studies/{studyId}/interviews"]);
         assert_eq!(doc["info"]["version"], "1.0");
+    }
+
+    #[test]
+    fn every_response_declares_its_request_id_and_every_503_its_retry_after() {
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (status, response) in item["get"]["responses"].as_object().unwrap() {
+                assert!(response["headers"]["x-request-id"].is_object(), "{path} {status}");
+                assert_eq!(response["headers"]["Retry-After"].is_object(), status == "503", "{path} {status}");
+            }
+        }
     }
 }
