@@ -51,7 +51,7 @@ impl FromRequestParts<AppState> for Organization {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let key = credential(&parts.headers).ok_or(ApiError::Unauthorized)?;
         let sha = key_sha256(key);
-        let keys = state.keyspace();
+        let keys = state.keyspace().await?;
         let org = state.read_model().await?.organization_of(&keys, &sha).await?;
         match org {
             Some(id) => Ok(Organization { id, keys }),

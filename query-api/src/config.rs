@@ -29,6 +29,14 @@ pub struct Config {
     #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
     pub redis_timeout_ms: u64,
 
+    /// Most requests in flight at once; one more is answered 503 with Retry-After at once, not queued.
+    #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_requests: u32,
+
+    /// Longest a request may take, in milliseconds; past it the answer is 503 with Retry-After.
+    #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub request_timeout_ms: u64,
+
     /// How often the active generation of the read model is read, in milliseconds.
     #[arg(long, env = "GENERATION_REFRESH_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..))]
     pub generation_refresh_ms: u64,
@@ -72,6 +80,10 @@ impl Config {
             return Err(format!("KEY_PREFIX must not contain braces: {:?}", self.key_prefix));
         }
         Ok(())
+    }
+
+    pub fn request_timeout(&self) -> Duration {
+        Duration::from_millis(self.request_timeout_ms)
     }
 
     pub fn redis_timeout(&self) -> Duration {

@@ -21,6 +21,12 @@ pub enum ApiError {
     /// Redis unreachable, slow or failing: the client should retry with backoff.
     #[error("read model unavailable: {0}")]
     Unavailable(#[from] redis::RedisError),
+    /// Shed or cut short to protect the server (too many requests in flight, or one took too long).
+    #[error("overloaded: {0}")]
+    Overloaded(&'static str),
+    /// No read model to serve yet (its active generation is unknown): retry with backoff.
+    #[error("read model not ready: {0}")]
+    NotReady(&'static str),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -38,10 +44,15 @@ impl IntoResponse for ApiError {
             ApiError::MethodNotAllowed => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
             ApiError::Unavailable(e) => {
                 tracing::error!(error = %e, "read model unavailable");
-                let mut response =
-                    error(StatusCode::SERVICE_UNAVAILABLE, "service temporarily unavailable; retry later");
-                response.headers_mut().insert("retry-after", "1".parse().expect("valid header"));
-                response
+                unavailable()
+            }
+            ApiError::Overloaded(why) => {
+                tracing::warn!(why, "request refused to protect the server");
+                unavailable()
+            }
+            ApiError::NotReady(why) => {
+                tracing::warn!(why, "read model not ready");
+                unavailable()
             }
             ApiError::Internal(e) => {
                 tracing::error!(error = %e, "internal error");
@@ -49,6 +60,13 @@ impl IntoResponse for ApiError {
             }
         }
     }
+}
+
+/// 503 with `Retry-After: 1`.
+fn unavailable() -> Response {
+    let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "service temporarily unavailable; retry later");
+    response.headers_mut().insert("retry-after", "1".parse().expect("valid header"));
+    response
 }
 
 fn error(status: StatusCode, message: &str) -> Response {

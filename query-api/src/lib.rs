@@ -4,6 +4,7 @@ pub mod auth;
 mod bucket;
 pub mod config;
 pub mod error;
+mod limits;
 pub mod metrics;
 pub mod models;
 pub mod openapi;
@@ -42,16 +43,15 @@ pub async fn run(
     config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let presigner = presign::Presigner::from_config(&config).await;
     let state = AppState::new(&config, presigner)?;
-    state.refresh_generation().await;
     let follower = tokio::spawn(state.clone().follow_generation(Duration::from_millis(config.generation_refresh_ms)));
     tracing::info!(addr = %listener.local_addr()?, prefix = %config.key_prefix, "query API listening");
-    let served = axum::serve(listener, app(state)).with_graceful_shutdown(shutdown).await;
+    let served = axum::serve(listener, app(state, &config)).with_graceful_shutdown(shutdown).await;
     follower.abort();
     Ok(served?)
 }
 
 /// The router with every route and the HTTP layers.
-pub fn app(state: AppState) -> Router {
+pub fn app(state: AppState, config: &Config) -> Router {
     let metrics = state.metrics().clone();
     let v1 = Router::new()
         .route("/studies", get(routes::list_studies))
@@ -59,7 +59,7 @@ pub fn app(state: AppState) -> Router {
         .route("/studies/{id}/interviews", get(routes::list_interviews))
         .route("/interviews/{id}", get(routes::get_interview))
         .route("/openapi.json", get(openapi_json));
-    Router::new()
+    let router = Router::new()
         .nest("/v1", v1)
         .route("/healthz", get(routes::healthz))
         .route("/readyz", get(routes::readyz))
@@ -67,7 +67,8 @@ pub fn app(state: AppState) -> Router {
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .route_layer(axum::middleware::from_fn_with_state(metrics, metrics::track))
-        .with_state(state)
+        .with_state(state);
+    limits::apply(router, config.max_concurrent_requests as usize, config.request_timeout())
         .layer(CompressionLayer::new())
         .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
         .layer(SetResponseHeaderLayer::overriding(

@@ -18,11 +18,15 @@ use crate::read_model::ReadModel;
 #[derive(Clone)]
 pub struct AppState(Arc<Inner>);
 
+/// The generation before the active one has been read (generations start at 1).
+const UNKNOWN: u64 = 0;
+
 struct Inner {
     prefix: String,
     target: Target,
     settings: Settings,
     read_model: OnceCell<ReadModel>,
+    /// The active generation as last read; 0 until it has been read once.
     generation: AtomicU64,
     presigner: Option<Presigner>,
     metrics: Arc<Metrics>,
@@ -40,7 +44,7 @@ impl AppState {
             // Retries on a cluster wait 10 ms doubling: ten of them (about 2.5 s at most) ride out a slot moving.
             settings: Settings { timeout: config.redis_timeout(), cluster_retries: 10 },
             read_model: OnceCell::new(),
-            generation: AtomicU64::new(1),
+            generation: AtomicU64::new(UNKNOWN),
             presigner,
             metrics: Arc::default(),
         })))
@@ -60,9 +64,17 @@ impl AppState {
     }
 
     /// The keys of the generation being served, read once per request so that one response never mixes
-    /// two generations.
-    pub fn keyspace(&self) -> Keyspace {
-        Keyspace::new(self.0.prefix.clone(), self.0.generation.load(Ordering::Acquire))
+    /// two generations. Until the active generation has been read (Redis was away when the API started,
+    /// or there is no read model yet) it is read now, and without it the request is answered 503: serving
+    /// a guessed generation would answer 401 to valid keys.
+    pub async fn keyspace(&self) -> Result<Keyspace, ApiError> {
+        if self.0.generation.load(Ordering::Acquire) == UNKNOWN {
+            self.refresh_generation().await;
+        }
+        match self.0.generation.load(Ordering::Acquire) {
+            UNKNOWN => Err(ApiError::NotReady("the read model's active generation is not known yet")),
+            generation => Ok(Keyspace::new(self.0.prefix.clone(), generation)),
+        }
     }
 
     pub fn presigner(&self) -> Option<&Presigner> {

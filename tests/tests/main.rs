@@ -5,6 +5,7 @@
 mod api;
 mod counting;
 mod crash_recovery;
+mod edge;
 mod http;
 mod media;
 mod operability;

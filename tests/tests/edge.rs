@@ -1,0 +1,159 @@
+//! The HTTP edge against hostile and careless input: credentials that are almost Bearer, method tokens
+//! made up to grow the metrics, buckets that are hosts, and an API that starts before its Redis.
+
+use end_to_end::api::{config, spawn_app, World};
+use end_to_end::events::sha256_hex;
+use end_to_end::fixture::{self, interview, ACME, ACME_KEY};
+use end_to_end::metrics::sample;
+use end_to_end::own_redis::OwnRedis;
+use end_to_end::{env, eventually, unique};
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+use shared::Keyspace;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_authorization_bearer_header_without_a_usable_token_is_401_whatever_service_api_key_says() {
+    let world = World::start(&fixture::dataset()).await;
+    let url = format!("{}/v1/studies", world.app.address);
+    let client = &world.app.client;
+    let ok = client.get(&url).header("Service-Api-Key", ACME_KEY).send().await.unwrap();
+    assert_eq!(ok.status(), 200, "the other header alone is a valid key");
+    for bearer in ["Bearer", "bearer ", format!("Bearer\t{ACME_KEY}").as_str()] {
+        let response =
+            client.get(&url).header("Authorization", bearer).header("Service-Api-Key", ACME_KEY).send().await.unwrap();
+        assert_eq!(response.status(), 401, "Authorization: {bearer:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_made_up_method_adds_no_label_to_the_request_metrics() {
+    let world = World::start(&fixture::dataset()).await;
+    let method = reqwest::Method::from_bytes("X".repeat(2000).as_bytes()).unwrap();
+    let url = format!("{}/v1/studies", world.app.address);
+    let response = world.app.client.request(method, &url).send().await.unwrap();
+    assert_eq!(response.status(), 405);
+    let metrics = world.app.get("/metrics", None).await.text().await.unwrap();
+    assert!(!metrics.contains("XXXXXXXX"), "the method token is not a label");
+    assert_eq!(sample(&metrics, "api_requests_total", &["method=\"other\"", "status=\"405\""]), 1.0, "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_video_whose_bucket_is_not_a_bucket_name_gets_no_link_and_an_empty_bucket_is_the_default() {
+    let stored = |id: &str, video: Value| {
+        fixture::completed(interview(ACME, id, "s_b", "2026-03-02T10:00:00Z").then(
+            "interview.video_stored",
+            "2026-03-02T10:00:01Z",
+            video,
+        ))
+        .messages
+    };
+    let messages = [
+        fixture::dataset(),
+        stored("v_host", json!({"bucket": "attacker.example/", "key": "x.mp4"})),
+        stored("v_port", json!({"bucket": "evil.com:443", "key": "x.mp4"})),
+        stored("v_empty_key", json!({"key": ""})),
+        stored("v_empty_bucket", json!({"bucket": "", "key": "y.mp4"})),
+    ]
+    .concat();
+    let world = World::start(&messages).await;
+    for id in ["v_host", "v_port", "v_empty_key"] {
+        let (status, body) = world.app.json(&format!("/v1/interviews/{id}"), ACME_KEY).await;
+        assert_eq!((status, &body["videoDownloadURL"]), (200, &Value::Null), "{id}");
+    }
+    let (_, body) = world.app.json("/v1/interviews/v_empty_bucket", ACME_KEY).await;
+    let link = body["videoDownloadURL"].as_str().expect("a link to the default bucket");
+    let expected = format!("{}/{}/y.mp4?", env("S3_ENDPOINT"), env("S3_BUCKET"));
+    assert!(link.starts_with(&expected), "{link}");
+    let metrics = world.app.get("/metrics", None).await.text().await.unwrap();
+    assert_eq!(sample(&metrics, "api_video_links_refused_total", &[]), 3.0, "{metrics}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_started_while_redis_is_down_answers_503_and_then_serves_the_real_generation() {
+    let mut redis = OwnRedis::start();
+    let (prefix, secret) = (unique("down"), "started-while-down-key");
+    // A read model whose active generation is 2, with one live key there.
+    let keys = Keyspace::new(prefix.clone(), 2);
+    let mut conn = eventually(Duration::from_secs(10), "redis to answer", || async {
+        redis::Client::open(redis.url()).ok()?.get_multiplexed_async_connection().await.ok()
+    })
+    .await;
+    let _: () = conn.set(Keyspace::active_generation(&prefix), 2).await.unwrap();
+    let _: () =
+        conn.hset_multiple(keys.api_key_sha(&sha256_hex(secret)), &[("org", "org"), ("key", "k")]).await.unwrap();
+    redis.stop();
+
+    let mut api = config(&prefix, &redis.url());
+    api.generation_refresh_ms = 3_600_000;
+    let app = spawn_app(api).await;
+    let response = app.get("/v1/studies", Some(secret)).await;
+    assert_eq!(response.status(), 503, "Redis is away");
+    assert_eq!(response.headers()["retry-after"], "1");
+
+    redis.restart();
+    let status = eventually(Duration::from_secs(10), "redis back", || async {
+        let status = app.get("/v1/studies", Some(secret)).await.status().as_u16();
+        (status != 503).then_some(status)
+    })
+    .await;
+    assert_eq!(status, 200, "a valid key of generation 2, never a 401 from a guessed generation");
+}
+
+/// A server that accepts connections and never answers: a Redis that hangs.
+async fn black_hole() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("redis://{}", listener.local_addr().unwrap());
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (url, task)
+}
+
+async fn error_of(response: reqwest::Response) -> (u16, Option<String>, String) {
+    let status = response.status().as_u16();
+    let retry = response.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+    (status, retry, response.json::<Value>().await.unwrap()["error"].as_str().unwrap_or_default().to_string())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_that_outlives_its_timeout_is_answered_503_with_retry_after() {
+    let (hanging, _hole) = black_hole().await;
+    let mut api = config(&unique("slow"), &hanging);
+    (api.redis_timeout_ms, api.request_timeout_ms) = (30_000, 300);
+    let app = spawn_app(api).await;
+    let started = std::time::Instant::now();
+    let (status, retry, _) = error_of(app.get("/v1/studies", Some("some-key")).await).await;
+    assert_eq!((status, retry.as_deref()), (503, Some("1")));
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "cut at the request timeout, not Redis's: {:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_concurrency_cap_a_request_is_shed_at_once_with_503_not_queued() {
+    let (hanging, _hole) = black_hole().await;
+    let mut api = config(&unique("busy"), &hanging);
+    (api.redis_timeout_ms, api.request_timeout_ms, api.max_concurrent_requests) = (30_000, 20_000, 1);
+    let app = std::sync::Arc::new(spawn_app(api).await);
+    let holder = {
+        let app = app.clone();
+        tokio::spawn(async move { app.get("/v1/studies", Some("some-key")).await.status() })
+    };
+    // Once the one slot is held by the request waiting on the hanging Redis, the next is refused at once
+    // (a probe that finds the slot free takes it only for as long as /healthz takes).
+    eventually(Duration::from_secs(10), "the slot to be held", || async {
+        (app.get("/healthz", None).await.status() == 503).then_some(())
+    })
+    .await;
+    let started = std::time::Instant::now();
+    let shed = error_of(app.get("/v1/studies", Some("other-key")).await).await;
+    assert_eq!((shed.0, shed.1.as_deref()), (503, Some("1")), "{shed:?}");
+    assert!(started.elapsed() < Duration::from_secs(2), "shed, not queued: {:?}", started.elapsed());
+    holder.abort();
+}
