@@ -9,6 +9,7 @@
 //! the events are delivered a second time, byte for byte, later in their aggregate's stream.
 //! The same seed and length give the same bytes.
 
+use end_to_end::events::{envelope, Envelope};
 use serde_json::{json, Value};
 use shared::Topic;
 
@@ -51,18 +52,11 @@ impl<'a> Builder<'a> {
 
     fn push(&mut self, rng: &mut Rng, kind: &str, data: Value) {
         self.at_ms += 1 + rng.below(60_000) as i64;
-        let sequence = self.history.events.len() + 1;
+        let sequence = self.history.events.len() as u64 + 1;
         let id = &self.history.id;
-        let value = json!({
-            "eventId": format!("{id}-{sequence}"),
-            "type": kind,
-            "organizationId": self.org,
-            "aggregateId": id,
-            "sequence": sequence,
-            "occurredAt": timestamp(self.at_ms),
-            "data": data,
-        });
-        self.history.events.push(value.to_string().into_bytes());
+        let (event_id, at) = (format!("{id}-{sequence}"), timestamp(self.at_ms));
+        let fields = Envelope { event_id: &event_id, kind, org: self.org, aggregate: id, sequence, at: &at };
+        self.history.events.push(envelope(&fields, data).to_string().into_bytes());
     }
 }
 

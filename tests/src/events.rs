@@ -11,18 +11,35 @@ pub struct Outgoing {
     pub value: Vec<u8>,
 }
 
-/// One event of the contract, ready to publish.
+/// One event of the contract, ready to publish, with a fresh `eventId`.
 pub fn event(topic: Topic, org: &str, aggregate: &str, sequence: u64, kind: &str, at: &str, data: Value) -> Outgoing {
-    let value = json!({
-        "eventId": uuid::Uuid::new_v4().to_string(),
-        "type": kind,
-        "organizationId": org,
-        "aggregateId": aggregate,
-        "sequence": sequence,
-        "occurredAt": at,
-        "data": data,
-    });
+    let id = uuid::Uuid::new_v4().to_string();
+    let value = envelope(&Envelope { event_id: &id, kind, org, aggregate, sequence, at }, data);
     Outgoing { topic, key: aggregate.to_string(), value: value.to_string().into_bytes() }
+}
+
+/// The envelope fields of one event.
+pub struct Envelope<'a> {
+    pub event_id: &'a str,
+    pub kind: &'a str,
+    pub org: &'a str,
+    pub aggregate: &'a str,
+    pub sequence: u64,
+    /// `occurredAt`, RFC 3339.
+    pub at: &'a str,
+}
+
+/// One event of the contract as the JSON value of its message: the one place that spells the envelope.
+pub fn envelope(e: &Envelope<'_>, data: Value) -> Value {
+    json!({
+        "eventId": e.event_id,
+        "type": e.kind,
+        "organizationId": e.org,
+        "aggregateId": e.aggregate,
+        "sequence": e.sequence,
+        "occurredAt": e.at,
+        "data": data,
+    })
 }
 
 /// A raw message under `key`, for poison messages.
