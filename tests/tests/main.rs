@@ -10,6 +10,7 @@ mod http;
 mod media;
 mod operability;
 mod projection;
+mod read_model_store;
 mod rebuild;
 mod resharding;
 mod resilience;

@@ -1,0 +1,72 @@
+//! The read model's store at its limits: sequences past what a double holds, and hashes too large to be
+//! read in one reply.
+
+use std::time::Duration;
+
+use end_to_end::own_redis::OwnRedis;
+use end_to_end::{redis, unique};
+use redis::AsyncCommands;
+use shared::connection::{Connection, Settings, Target};
+use shared::Keyspace;
+
+/// The projector's write script, run as the projector runs it, for an outcome folded from `expected`.
+async fn write(conn: &mut Connection, state_key: &str, expected: &str) -> redis::Value {
+    let script = redis::Script::new(include_str!("../../projector/src/store/write.lua"));
+    let mut invocation = script.prepare_invoke();
+    invocation.key(state_key).key(state_key).key(state_key).key(state_key).arg(expected).arg("9");
+    for arg in ["{}", "s1", "none", "", "none", "", "keep", "", "WEBVTT\n"] {
+        invocation.arg(arg);
+    }
+    invocation.invoke_async(conn).await.expect("the script runs")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_script_tells_apart_sequences_that_a_double_cannot() {
+    let mut conn = redis().await;
+    let key = format!("{}:{{org}}:study:s1", unique("seq"));
+    // 2^53 + 1 is stored; an outcome folded from 2^53 must not be applied over it (as doubles they are equal).
+    let _: () = conn.hset(&key, "seq", "9007199254740993").await.unwrap();
+    let reply = write(&mut conn, &key, "9007199254740992").await;
+    assert_eq!(reply, redis::Value::BulkString(b"9007199254740993".to_vec()), "a conflict, with the stored sequence");
+    let stored: String = conn.hget(&key, "seq").await.unwrap();
+    assert_eq!(stored, "9007199254740993", "nothing was written");
+    let applied = write(&mut conn, &key, "9007199254740993").await;
+    assert_eq!(applied, redis::Value::SimpleString("APPLIED".into()));
+    let _: () = conn.del(&key).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_digest_reads_a_hash_larger_than_one_reply_may_be() {
+    let redis = OwnRedis::start();
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 0 };
+    let target = Target::Single(redis.url());
+    let mut conn = end_to_end::eventually(Duration::from_secs(10), "redis to answer", || async {
+        Connection::connect(&target, settings).await.ok()
+    })
+    .await;
+    // A client whose reply would pass 1 MB is disconnected: one HGETALL of the hash below would be 2.1 MB.
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("client-output-buffer-limit")
+        .arg("normal 1mb 1mb 0")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let keys = Keyspace::new(unique("big"), 1);
+    let transcripts = keys.transcripts("org");
+    let value = "x".repeat(700);
+    for chunk in (0..3000).collect::<Vec<_>>().chunks(500) {
+        let fields: Vec<(String, &str)> = chunk.iter().map(|i| (format!("i{i:04}"), value.as_str())).collect();
+        let _: () = conn.hset_multiple(&transcripts, &fields).await.unwrap();
+    }
+    let digest = projector::Digest::of(&mut conn, &keys).await.expect("the digest reads the hash a page at a time");
+    assert_eq!(digest.keys, 1);
+    // The same content written in another order digests alike.
+    let again = Keyspace::new(unique("big"), 1);
+    for chunk in (0..3000).rev().collect::<Vec<_>>().chunks(700) {
+        let fields: Vec<(String, &str)> = chunk.iter().map(|i| (format!("i{i:04}"), value.as_str())).collect();
+        let _: () = conn.hset_multiple(again.transcripts("org"), &fields).await.unwrap();
+    }
+    let other = projector::Digest::of(&mut conn, &again).await.unwrap();
+    assert_eq!(other.sha256, digest.sha256);
+}
