@@ -192,3 +192,41 @@ fn a_participant_without_first_or_last_name_is_poison_and_null_is_null() {
     let expected = ParticipantIdentified { participant_id: "p".into(), first_name: None, last_name: None };
     assert_eq!(body, Body::ParticipantIdentified(expected));
 }
+
+mod properties {
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    use crate::events::{decode, Decoded, Topic};
+
+    proptest! {
+        /// No value, however broken, makes decoding panic: it is an event, an unknown type, or poison.
+        #[test]
+        fn any_bytes_decode_without_panicking(bytes in proptest::collection::vec(any::<u8>(), 0..256)) {
+            for topic in Topic::ALL {
+                let _ = decode(topic, None, &bytes);
+            }
+        }
+
+        /// Envelopes with fields of any JSON type: decoding never panics, and whatever is not poison keeps
+        /// the envelope's own ids.
+        #[test]
+        fn any_envelope_decodes_without_panicking(
+            kind in prop_oneof![Just(json!("study.created")), Just(json!("interview.message_recorded")), Just(json!("x")), Just(json!(7))],
+            id in prop_oneof![Just(json!("a")), Just(json!("")), Just(json!(null)), Just(json!([1]))],
+            sequence in prop_oneof![Just(json!(1)), Just(json!(0)), Just(json!(-1)), Just(json!(u64::MAX)), Just(json!(1.5)), Just(json!("2"))],
+            at in prop_oneof![Just(json!("2026-11-02T16:20:05.120+01:00")), Just(json!("yesterday")), Just(json!(0))],
+            data in prop_oneof![Just(json!({})), Just(json!({"internalTitle": "t"})), Just(json!({"text": 1})), Just(json!([]))],
+        ) {
+            let value = json!({"eventId": "e", "type": kind, "organizationId": "o", "aggregateId": id,
+                "sequence": sequence, "occurredAt": at, "data": data});
+            for topic in Topic::ALL {
+                match decode(topic, None, value.to_string().as_bytes()) {
+                    Ok(Decoded::Event(event)) => prop_assert_eq!(Some(event.envelope.aggregate_id.as_str()), id.as_str()),
+                    Ok(Decoded::Unknown { envelope }) => prop_assert_eq!(Some(envelope.aggregate_id.as_str()), id.as_str()),
+                    Err(_) => {}
+                }
+            }
+        }
+    }
+}

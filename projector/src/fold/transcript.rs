@@ -107,3 +107,77 @@ mod tests {
         assert_eq!(escape("Þetta er gott 👍 — très bien"), "Þetta er gott 👍 — très bien");
     }
 }
+
+#[cfg(test)]
+mod properties {
+    //! Any message text reads back, through an independent WebVTT parser, as the original text up to the
+    //! one change allowed (an empty line becomes a single line break), with the times given.
+
+    use std::time::Duration;
+
+    use fasrt::vtt::cue::{CueText, Node};
+    use fasrt::vtt::{Block, Parser};
+    use proptest::prelude::*;
+
+    use super::{cue, HEADER};
+
+    /// What the parser must read back: line breaks normalized, empty lines gone, and NUL, which WebVTT
+    /// cannot carry in any form, read as U+FFFD (as every WebVTT parser does).
+    fn expected(text: &str) -> String {
+        let normalized = text.replace("\r\n", "\n").replace('\r', "\n").replace('\0', "\u{FFFD}");
+        normalized.split('\n').filter(|line| !line.is_empty()).collect::<Vec<_>>().join("\n")
+    }
+
+    /// Every cue of a transcript as (start, end, plain text).
+    fn read_back(transcript: &str) -> Vec<(Duration, Duration, String)> {
+        let mut cues = Vec::new();
+        for block in Parser::new(transcript) {
+            let Block::Cue(cue) = block.expect("valid WebVTT") else { panic!("only cues") };
+            let mut plain = String::new();
+            for node in CueText::parse(cue.body_ref()).children_slice() {
+                match node {
+                    Node::Text(t) => plain.push_str(t.normalize()),
+                    other => panic!("markup {other:?} from {transcript:?}"),
+                }
+            }
+            cues.push((cue.header_ref().start().to_duration(), cue.header_ref().end().to_duration(), plain));
+        }
+        cues
+    }
+
+    /// Text with what makes WebVTT hard: markup characters, arrows, entities, line breaks of every kind,
+    /// blank and whitespace lines, and any other character.
+    fn text() -> impl Strategy<Value = String> {
+        let piece = prop_oneof![
+            Just("&".to_string()),
+            Just("<".to_string()),
+            Just(">".to_string()),
+            Just("-->".to_string()),
+            Just("&amp;".to_string()),
+            Just("<b>".to_string()),
+            Just("\n".to_string()),
+            Just("\r\n".to_string()),
+            Just("\r".to_string()),
+            Just("\n\n".to_string()),
+            Just(" ".to_string()),
+            Just("\t".to_string()),
+            "[a-zA-Z0-9 ]{1,8}",
+            "\\PC{1,4}",
+            any::<char>().prop_map(String::from),
+        ];
+        proptest::collection::vec(piece, 1..12).prop_map(|pieces| pieces.concat())
+    }
+
+    proptest! {
+        #[test]
+        fn any_text_reads_back_as_the_original(text in text(), start in 0u32..400_000_000, length in 0u32..100_000) {
+            let (start_ms, end_ms) = (u64::from(start), u64::from(start) + u64::from(length));
+            let seconds = |ms: u64| Some(ms as f64 / 1000.0);
+            let transcript = format!("{HEADER}{}", cue(&text, seconds(start_ms), seconds(end_ms)));
+            let cues = read_back(&transcript);
+            let wanted = expected(&text);
+            prop_assume!(!wanted.is_empty());
+            prop_assert_eq!(cues, vec![(Duration::from_millis(start_ms), Duration::from_millis(end_ms), wanted)]);
+        }
+    }
+}
