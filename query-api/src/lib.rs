@@ -3,6 +3,7 @@
 pub mod auth;
 mod bucket;
 pub mod config;
+mod credentials;
 pub mod error;
 mod limits;
 pub mod metrics;

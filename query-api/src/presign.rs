@@ -1,40 +1,27 @@
 //! Presigned video links: a SigV4 query-signed GET for the stored object, made on every request and valid
 //! 15 minutes, or less when the credentials expire sooner, so a link never outlives its credentials.
-//! Signing makes no network call: credentials come from the AWS SDK's provider chain and are kept until
-//! shortly before they expire; the signing key is derived once a day ([`crate::sigv4`]). Any failure gives
-//! no link, never a failed request.
+//! Signing makes no network call: credentials come from the AWS SDK's provider chain, kept and refreshed
+//! ahead of expiry by [`crate::credentials`]; the signing key is derived once a day ([`crate::sigv4`]). A
+//! request resolves its credentials once, however many links it signs ([`Links`]). Any failure gives no
+//! link, never a failed request.
 
-use std::sync::RwLock;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
-use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use chrono::{DateTime, Utc};
 use shared::VideoObject;
 
 use crate::bucket::Allowed;
 use crate::config::Config;
-use crate::sigv4::{self, Endpoint, Keys, SigningKey};
+use crate::credentials::{Cached, CredentialCache, FETCH_TIMEOUT};
+use crate::sigv4::{self, Endpoint, SigningKey};
 
 /// Lifetime of a video link (api.md section 8).
 pub const LINK_LIFETIME: Duration = Duration::from_secs(900);
-/// Credentials without an expiry are fetched again this often, to follow rotations.
-const REFRESH_EVERY: Duration = Duration::from_secs(300);
-
 pub struct Presigner {
     endpoint: Endpoint,
     default_bucket: Option<String>,
     allowed: Allowed,
-    provider: SharedCredentialsProvider,
-    cached: RwLock<Option<Cached>>,
-    refresh: tokio::sync::Mutex<()>,
-}
-
-#[derive(Clone)]
-struct Cached {
-    keys: Keys,
-    expiry: Option<SystemTime>,
-    fetched: Instant,
-    signing_key: SigningKey,
+    credentials: CredentialCache,
 }
 
 impl Presigner {
@@ -63,66 +50,54 @@ impl Presigner {
             endpoint,
             default_bucket: config.s3_bucket.clone().filter(|b| !b.is_empty()),
             allowed: Allowed::parse(config.s3_allowed_buckets.as_deref()),
-            provider,
-            cached: RwLock::new(None),
-            refresh: tokio::sync::Mutex::new(()),
+            credentials: CredentialCache::new(provider, &config.s3_region, FETCH_TIMEOUT),
         })
     }
 
+    /// The links of one request: credentials are resolved once for all of them.
+    pub fn links(&self) -> Links<'_> {
+        Links { presigner: self, credentials: None }
+    }
+
+    /// A fresh link to one object; see [`Links::url`].
+    pub async fn url(&self, video: &VideoObject) -> Result<String, NoLink> {
+        self.links().url(video).await
+    }
+}
+
+/// Links signed for one request.
+pub struct Links<'a> {
+    presigner: &'a Presigner,
+    /// The credentials, once resolved (`None` inside when there were none to be had).
+    credentials: Option<Option<Cached>>,
+}
+
+impl Links<'_> {
     /// A fresh link to the object. No link when the event named no usable object: an empty key, or a
     /// bucket (its own, or the default for an empty or missing one) that is not a valid bucket name or not
     /// allowed; nor without usable credentials.
-    pub async fn url(&self, video: &VideoObject) -> Result<String, NoLink> {
-        let bucket = video.bucket.as_ref().filter(|b| !b.is_empty()).or(self.default_bucket.as_ref());
+    pub async fn url(&mut self, video: &VideoObject) -> Result<String, NoLink> {
+        let p = self.presigner;
+        let bucket = video.bucket.as_ref().filter(|b| !b.is_empty()).or(p.default_bucket.as_ref());
         let bucket = bucket.ok_or(NoLink::NoBucket)?;
-        if video.key.is_empty() || !self.allowed.permits(bucket) {
+        if video.key.is_empty() || !p.allowed.permits(bucket) {
             return Err(NoLink::Refused);
         }
         let now = SystemTime::now();
-        let cached = self.credentials(now).await.ok_or(NoLink::NoCredentials)?;
+        if self.credentials.is_none() {
+            self.credentials = Some(p.credentials.get(now).await);
+        }
+        let cached = self.credentials.as_ref().and_then(Option::as_ref).ok_or(NoLink::NoCredentials)?;
         let lifetime = lifetime(cached.expiry, now).ok_or(NoLink::NoCredentials)?;
         let amz_date = DateTime::<Utc>::from(now).format("%Y%m%dT%H%M%SZ").to_string();
+        let derived;
         let signing_key = if cached.signing_key.date() == &amz_date[..8] {
-            cached.signing_key
+            &cached.signing_key
         } else {
-            SigningKey::derive(&cached.keys.secret_access_key, &amz_date[..8], &self.endpoint.region)
+            derived = SigningKey::derive(&cached.keys.secret_access_key, &amz_date[..8], &p.endpoint.region);
+            &derived
         };
-        Ok(sigv4::presign(&self.endpoint, &cached.keys, &signing_key, &amz_date, lifetime, bucket, &video.key))
-    }
-
-    /// The cached credentials, fetched again when they expire within a link's lifetime (plus a minute),
-    /// when they are old, or on a new day (for the signing key).
-    async fn credentials(&self, now: SystemTime) -> Option<Cached> {
-        let today = DateTime::<Utc>::from(now).format("%Y%m%d").to_string();
-        let fresh = |c: &Cached| {
-            let long_enough = c.expiry.is_none_or(|e| e > now + LINK_LIFETIME + Duration::from_secs(60));
-            long_enough && c.fetched.elapsed() < REFRESH_EVERY && c.signing_key.date() == today
-        };
-        if let Some(cached) = self.cached.read().expect("credential cache").as_ref().filter(|c| fresh(c)) {
-            return Some(cached.clone());
-        }
-        let _one_at_a_time = self.refresh.lock().await;
-        if let Some(cached) = self.cached.read().expect("credential cache").as_ref().filter(|c| fresh(c)) {
-            return Some(cached.clone());
-        }
-        match self.provider.provide_credentials().await {
-            Ok(credentials) => {
-                let keys = Keys {
-                    access_key_id: credentials.access_key_id().to_string(),
-                    secret_access_key: credentials.secret_access_key().to_string(),
-                    session_token: credentials.session_token().map(String::from),
-                };
-                let signing_key = SigningKey::derive(&keys.secret_access_key, &today, &self.endpoint.region);
-                let cached = Cached { keys, expiry: credentials.expiry(), fetched: Instant::now(), signing_key };
-                *self.cached.write().expect("credential cache") = Some(cached.clone());
-                Some(cached)
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "no AWS credentials for video links");
-                // Keep serving with credentials that are still valid, if any.
-                self.cached.read().expect("credential cache").clone().filter(|c| lifetime(c.expiry, now).is_some())
-            }
-        }
+        Ok(sigv4::presign(&p.endpoint, &cached.keys, signing_key, &amz_date, lifetime, bucket, &video.key))
     }
 }
 
@@ -166,7 +141,8 @@ mod tests {
         };
         let mut presigner = Presigner::from_config(&config).await.expect("links on");
         let credentials = Credentials::new("AKIDEXAMPLE", "secret", Some("token".into()), None, "test");
-        presigner.provider = SharedCredentialsProvider::new(credentials);
+        let provider = aws_credential_types::provider::SharedCredentialsProvider::new(credentials);
+        presigner.credentials = CredentialCache::new(provider, "us-east-1", FETCH_TIMEOUT);
         presigner
     }
 

@@ -14,7 +14,7 @@ use crate::auth::Organization;
 use crate::error::ApiError;
 use crate::models::{ErrorBody, Interview, InterviewPage, PageInfo, PageQuery, RawPage, Study, StudyPage};
 use crate::pagination::Pagination;
-use crate::presign::NoLink;
+use crate::presign::{Links, NoLink, Presigner};
 use crate::read_model::StoredInterview;
 use crate::state::AppState;
 
@@ -126,14 +126,20 @@ pub async fn get_interview(
     let Ok(Path(id)) = id else { return Err(ApiError::NotFound("interview")) };
     let read_model = state.read_model().await?;
     let stored = read_model.interview(&org.keys, &org.id, &id).await?.ok_or(ApiError::NotFound("interview"))?;
-    Ok(Json(interview(&state, stored).await?))
+    let mut links = state.presigner().map(Presigner::links);
+    Ok(Json(interview(&state, stored, &mut links).await?))
 }
 
-/// Builds the served interview: the stored document, its transcript, and a fresh video link.
-async fn interview(state: &AppState, (doc, transcript): StoredInterview) -> Result<Interview, ApiError> {
+/// Builds the served interview: the stored document, its transcript, and a fresh video link signed by
+/// the request's `links` (none when links are off).
+async fn interview(
+    state: &AppState,
+    (doc, transcript): StoredInterview,
+    links: &mut Option<Links<'_>>,
+) -> Result<Interview, ApiError> {
     let doc: InterviewDocument = serde_json::from_str(&doc).map_err(internal)?;
-    let video_download_url = match (state.presigner(), &doc.video) {
-        (Some(presigner), Some(video)) => match presigner.url(video).await {
+    let video_download_url = match (links, &doc.video) {
+        (Some(links), Some(video)) => match links.url(video).await {
             Ok(url) => Some(url),
             Err(NoLink::Refused) => {
                 state.metrics().video_links_refused.inc();
@@ -159,8 +165,9 @@ async fn interview(state: &AppState, (doc, transcript): StoredInterview) -> Resu
 
 async fn served_interviews(state: &AppState, stored: Vec<StoredInterview>) -> Result<Vec<Interview>, ApiError> {
     let mut items = Vec::with_capacity(stored.len());
+    let mut links = state.presigner().map(Presigner::links);
     for one in stored {
-        items.push(interview(state, one).await?);
+        items.push(interview(state, one, &mut links).await?);
     }
     Ok(items)
 }
