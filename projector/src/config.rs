@@ -1,6 +1,5 @@
 //! Command-line and environment configuration of the projector.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
@@ -65,7 +64,7 @@ pub struct Config {
 
     /// Address of the HTTP server of /metrics, /healthz and /readyz; `off` to run none.
     #[arg(long, env = "PROJECTOR_HTTP_ADDR", default_value = "127.0.0.1:9464")]
-    pub http_addr: HttpAddr,
+    pub http_addr: OptionalAddr,
 
     /// Seconds without progress, while behind, after which /readyz reports the projection stalled.
     #[arg(long, env = "PROJECTOR_STALL_AFTER_SECS", default_value_t = 60)]
@@ -76,7 +75,7 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
-pub use shared::process::LogFormat;
+pub use shared::process::{LogFormat, OptionalAddr};
 
 impl Config {
     /// Refuses settings that would break the read model's key layout.
@@ -120,20 +119,5 @@ impl Config {
 
     pub fn stall_after(&self) -> Duration {
         Duration::from_secs(self.stall_after_secs)
-    }
-}
-
-/// A listen address, or none (`off`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HttpAddr(pub Option<SocketAddr>);
-
-impl std::str::FromStr for HttpAddr {
-    type Err = std::net::AddrParseError;
-
-    fn from_str(value: &str) -> Result<Self, Self::Err> {
-        match value {
-            "off" | "" => Ok(Self(None)),
-            addr => addr.parse().map(|a| Self(Some(a))),
-        }
     }
 }

@@ -8,9 +8,14 @@ use clap::Parser;
 #[derive(Debug, Clone, Parser)]
 #[command(name = "query-api", version, about = "Serves completed studies and interviews from the Redis read model.")]
 pub struct Config {
-    /// Address to listen on.
+    /// Address of the public API: `/v1/*`, `/livez` and `/readyz`.
     #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]
     pub listen_addr: SocketAddr,
+
+    /// Address of the admin listener (`/metrics`, `/readyz` with its detail, `/livez`), kept off the
+    /// public port; `off` to run none. Loopback by default: expose it only to the monitoring network.
+    #[arg(long, env = "ADMIN_ADDR", default_value = "127.0.0.1:9465")]
+    pub admin_addr: OptionalAddr,
 
     /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0; with --redis-cluster, the
     /// comma-separated URLs of some nodes of the cluster.
@@ -71,7 +76,7 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
-pub use shared::process::LogFormat;
+pub use shared::process::{LogFormat, OptionalAddr};
 
 impl Config {
     /// Refuses settings that no request could work with, with one line that says what to change.
@@ -103,5 +108,8 @@ mod tests {
         let braces = Config::parse_from(["query-api", "--key-prefix", "rm{x}"]);
         assert!(braces.validate().unwrap_err().contains("KEY_PREFIX"));
         assert!(Config::parse_from(["query-api"]).validate().is_ok());
+        let admin = Config::parse_from(["query-api"]).admin_addr.0.expect("an admin listener by default");
+        assert!(admin.ip().is_loopback(), "metrics stay off the network unless asked for");
+        assert_eq!(Config::parse_from(["query-api", "--admin-addr", "off"]).admin_addr.0, None);
     }
 }

@@ -16,7 +16,7 @@ pub mod routes;
 pub mod sigv4;
 pub mod state;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::time::Duration;
 
 use axum::http::{header, HeaderName, HeaderValue, Request};
@@ -38,6 +38,7 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// Serves on `listener` until `shutdown` completes, then finishes the requests in flight.
 pub async fn run(
     listener: TcpListener,
+    admin: Option<TcpListener>,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
@@ -46,8 +47,18 @@ pub async fn run(
     let state = AppState::new(&config, presigner)?;
     let follower = tokio::spawn(state.clone().follow_generation(Duration::from_millis(config.generation_refresh_ms)));
     tracing::info!(addr = %listener.local_addr()?, prefix = %config.key_prefix, "query API listening");
+    let admin = match admin {
+        Some(admin) => {
+            tracing::info!(addr = %admin.local_addr()?, "admin listener: /metrics, /readyz, /livez");
+            Some(tokio::spawn(axum::serve(admin, admin_app(state.clone())).into_future()))
+        }
+        None => None,
+    };
     let served = axum::serve(listener, app(state, &config)).with_graceful_shutdown(shutdown).await;
     follower.abort();
+    if let Some(admin) = admin {
+        admin.abort();
+    }
     Ok(served?)
 }
 
@@ -62,9 +73,8 @@ pub fn app(state: AppState, config: &Config) -> Router {
         .route("/openapi.json", get(openapi_json));
     let router = Router::new()
         .nest("/v1", v1)
-        .route("/healthz", get(routes::healthz))
+        .route("/livez", get(routes::livez))
         .route("/readyz", get(routes::readyz))
-        .route("/metrics", get(metrics::render).with_state(metrics.clone()))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .route_layer(axum::middleware::from_fn_with_state(metrics, metrics::track))
@@ -86,6 +96,16 @@ pub fn app(state: AppState, config: &Config) -> Router {
             tracing::info_span!("request", id = id.unwrap_or("-"), method = %request.method(), path = %request.uri().path())
         }))
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+}
+
+/// The admin listener's router: metrics and the detail of readiness, for operators, never the public.
+pub fn admin_app(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics::render).with_state(state.metrics().clone()))
+        .route("/readyz", get(routes::readyz_detail))
+        .route("/livez", get(routes::livez))
+        .with_state(state)
+        .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
 }
 
 async fn openapi_json() -> impl axum::response::IntoResponse {

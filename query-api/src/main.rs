@@ -6,5 +6,9 @@ async fn main() -> anyhow::Result<()> {
     let config = Config::parse();
     shared::process::init_tracing(config.log_format);
     let listener = tokio::net::TcpListener::bind(config.listen_addr).await?;
-    query_api::run(listener, config, shared::process::shutdown_signal()).await
+    let admin = match config.admin_addr.0 {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+        None => None,
+    };
+    query_api::run(listener, admin, config, shared::process::shutdown_signal()).await
 }

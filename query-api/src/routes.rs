@@ -177,25 +177,36 @@ fn internal(e: impl std::fmt::Display) -> ApiError {
 }
 
 /// The process is up.
-pub async fn healthz() -> Json<serde_json::Value> {
+pub async fn livez() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// Redis answers and a read model exists.
+/// Ready: Redis answers and a read model exists. The public answer says only that; the admin listener's
+/// says which generation is served, or why not ready.
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    let read_model = match state.read_model().await {
-        Ok(read_model) => read_model,
-        Err(_) => return not_ready("redis is unreachable"),
-    };
-    match read_model.active_generation(state.prefix()).await {
-        Ok(Some(generation)) => Json(json!({ "status": "ready", "generation": generation })).into_response(),
-        Ok(None) => not_ready("no read model yet"),
-        Err(_) => not_ready("redis is unreachable"),
+    match readiness(&state).await {
+        Ok(_) => Json(json!({ "status": "ready" })).into_response(),
+        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready" }))).into_response(),
     }
 }
 
-fn not_ready(reason: &str) -> Response {
-    (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reason": reason }))).into_response()
+pub async fn readyz_detail(State(state): State<AppState>) -> Response {
+    match readiness(&state).await {
+        Ok(generation) => Json(json!({ "status": "ready", "generation": generation })).into_response(),
+        Err(reason) => {
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reason": reason }))).into_response()
+        }
+    }
+}
+
+/// The generation being served, or why there is none.
+async fn readiness(state: &AppState) -> Result<u64, &'static str> {
+    let read_model = state.read_model().await.map_err(|_| "redis is unreachable")?;
+    match read_model.active_generation(state.prefix()).await {
+        Ok(Some(generation)) => Ok(generation),
+        Ok(None) => Err("no read model yet"),
+        Err(_) => Err("redis is unreachable"),
+    }
 }
 
 pub async fn not_found() -> ApiError {

@@ -1,5 +1,20 @@
 //! What both binaries do around `run()`: set up logging and wait for a shutdown signal.
 
+/// A listen address, or none (`off`, or empty): for a server a deployment may turn off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OptionalAddr(pub Option<std::net::SocketAddr>);
+
+impl std::str::FromStr for OptionalAddr {
+    type Err = std::net::AddrParseError;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        match value {
+            "off" | "" => Ok(Self(None)),
+            addr => addr.parse().map(|a| Self(Some(a))),
+        }
+    }
+}
+
 /// Log format of a binary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {

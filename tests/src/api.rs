@@ -13,6 +13,8 @@ use crate::{env, runner, unique};
 
 pub struct TestApp {
     pub address: String,
+    /// The admin listener: `/metrics`, `/readyz` with its detail, `/livez`.
+    pub admin: String,
     pub client: reqwest::Client,
     stop: Option<oneshot::Sender<()>>,
 }
@@ -38,16 +40,18 @@ pub fn config(prefix: &str, redis_url: &str) -> query_api::Config {
     ])
 }
 
-/// Starts the API on a free loopback port.
+/// Starts the API and its admin listener on free loopback ports.
 pub async fn spawn_app(config: query_api::Config) -> TestApp {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let admin_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let address = format!("http://{}", listener.local_addr().unwrap());
+    let admin = format!("http://{}", admin_listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    tokio::spawn(query_api::run(listener, config, async {
+    tokio::spawn(query_api::run(listener, Some(admin_listener), config, async {
         let _ = stopped.await;
     }));
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
-    TestApp { address, client, stop: Some(stop) }
+    TestApp { address, admin, client, stop: Some(stop) }
 }
 
 impl TestApp {
@@ -58,6 +62,11 @@ impl TestApp {
             request = request.bearer_auth(key);
         }
         request.send().await.expect("request sent")
+    }
+
+    /// GET from the admin listener.
+    pub async fn admin_get(&self, path: &str) -> reqwest::Response {
+        self.client.get(format!("{}{path}", self.admin)).send().await.expect("request sent")
     }
 
     /// GET with the key and parse the JSON body; returns the status too.

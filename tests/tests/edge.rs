@@ -33,7 +33,7 @@ async fn a_made_up_method_adds_no_label_to_the_request_metrics() {
     let url = format!("{}/v1/studies", world.app.address);
     let response = world.app.client.request(method, &url).send().await.unwrap();
     assert_eq!(response.status(), 405);
-    let metrics = world.app.get("/metrics", None).await.text().await.unwrap();
+    let metrics = world.app.admin_get("/metrics").await.text().await.unwrap();
     assert!(!metrics.contains("XXXXXXXX"), "the method token is not a label");
     assert_eq!(sample(&metrics, "api_requests_total", &["method=\"other\"", "status=\"405\""]), 1.0, "{metrics}");
 }
@@ -65,7 +65,7 @@ async fn a_video_whose_bucket_is_not_a_bucket_name_gets_no_link_and_an_empty_buc
     let link = body["videoDownloadURL"].as_str().expect("a link to the default bucket");
     let expected = format!("{}/{}/y.mp4?", env("S3_ENDPOINT"), env("S3_BUCKET"));
     assert!(link.starts_with(&expected), "{link}");
-    let metrics = world.app.get("/metrics", None).await.text().await.unwrap();
+    let metrics = world.app.admin_get("/metrics").await.text().await.unwrap();
     assert_eq!(sample(&metrics, "api_video_links_refused_total", &[]), 3.0, "{metrics}");
 }
 
@@ -146,9 +146,9 @@ async fn past_the_concurrency_cap_a_request_is_shed_at_once_with_503_not_queued(
         tokio::spawn(async move { app.get("/v1/studies", Some("some-key")).await.status() })
     };
     // Once the one slot is held by the request waiting on the hanging Redis, the next is refused at once
-    // (a probe that finds the slot free takes it only for as long as /healthz takes).
+    // (a probe that finds the slot free takes it only for as long as /livez takes).
     eventually(Duration::from_secs(10), "the slot to be held", || async {
-        (app.get("/healthz", None).await.status() == 503).then_some(())
+        (app.get("/livez", None).await.status() == 503).then_some(())
     })
     .await;
     let started = std::time::Instant::now();

@@ -8,7 +8,7 @@ use end_to_end::api::{config, spawn_app, World};
 use end_to_end::fixture::{self, ACME_KEY};
 use end_to_end::metrics::sample;
 use end_to_end::unique;
-use serde_json::Value;
+use serde_json::{json, Value};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unknown_routes_are_404_and_other_methods_405_with_an_error_object() {
@@ -67,18 +67,32 @@ async fn when_redis_is_unreachable_requests_fail_fast_with_503_and_health_stays_
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"], "service temporarily unavailable; retry later", "no internals leak");
     assert!(started.elapsed() < Duration::from_secs(5), "no hang: {:?}", started.elapsed());
-    assert_eq!(app.get("/healthz", None).await.status(), 200);
+    assert_eq!(app.get("/livez", None).await.status(), 200);
     assert_eq!(app.get("/readyz", None).await.status(), 503);
     assert_eq!(app.get("/v1/studies", None).await.status(), 401, "no credential needs no Redis");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn readyz_reports_the_generation_being_served() {
+async fn the_admin_listener_reports_the_generation_being_served_and_the_public_port_only_that_it_is_ready() {
     let world = World::start(&fixture::dataset()).await;
-    let response = world.app.get("/readyz", None).await;
+    let response = world.app.admin_get("/readyz").await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["generation"], 1);
+    let public: Value = world.app.get("/readyz", None).await.json().await.unwrap();
+    assert_eq!(public, json!({"status": "ready"}), "no detail on the public port");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_served_on_the_admin_listener_only() {
+    let world = World::start(&fixture::dataset()).await;
+    assert_eq!(world.app.get("/metrics", None).await.status(), 404, "not on the public port");
+    assert_eq!(world.app.get("/healthz", None).await.status(), 404, "the public port serves /livez");
+    assert_eq!(world.app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
+    let metrics = world.app.admin_get("/metrics").await;
+    assert_eq!(metrics.status(), 200);
+    assert!(metrics.text().await.unwrap().contains("api_requests_total"));
+    assert_eq!(world.app.admin_get("/livez").await.status(), 200);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -99,7 +113,7 @@ async fn the_api_metrics_count_requests_by_route_and_status_and_auth_failures() 
     }
     assert_eq!(world.app.get("/v1/studies/s_a", Some("wrong-key-000")).await.status(), 401);
     assert_eq!(world.app.get("/v1/interviews/nope", Some(ACME_KEY)).await.status(), 404);
-    let metrics = world.app.get("/metrics", None).await.text().await.unwrap();
+    let metrics = world.app.admin_get("/metrics").await.text().await.unwrap();
     let requests = |route: &str, status: &str| {
         let (route, status) = (format!("route=\"{route}\""), format!("status=\"{status}\""));
         sample(&metrics, "api_requests_total", &[&route, "method=\"GET\"", &status])

@@ -116,7 +116,7 @@ async fn a_video_gets_no_link_without_storage_details() {
     let (status, body) = app.json("/v1/interviews/v_default", ACME_KEY).await;
     assert_eq!((status, &body["videoDownloadURL"]), (200, &Value::Null), "no bucket for it");
     assert!(app.json("/v1/interviews/v_bucket", ACME_KEY).await.1["videoDownloadURL"].is_string());
-    let metrics = app.get("/metrics", None).await.text().await.unwrap();
+    let metrics = app.admin_get("/metrics").await.text().await.unwrap();
     assert_eq!(sample(&metrics, "api_presign_failures_total", &[]), 1.0, "{metrics}");
 
     let mut disabled = config(&world.prefix, &env("REDIS_URL"));
