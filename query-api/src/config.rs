@@ -38,6 +38,11 @@ pub struct Config {
     #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_requests: u32,
 
+    /// Longest a client may take to send a request's head (line and headers), in milliseconds; past it the
+    /// connection is closed.
+    #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub header_read_timeout_ms: u64,
+
     /// Longest a request may take, in milliseconds; past it the answer is 503 with Retry-After.
     #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
@@ -85,6 +90,10 @@ impl Config {
             return Err(format!("KEY_PREFIX must not contain braces: {:?}", self.key_prefix));
         }
         Ok(())
+    }
+
+    pub fn header_read_timeout(&self) -> Duration {
+        Duration::from_millis(self.header_read_timeout_ms)
     }
 
     pub fn request_timeout(&self) -> Duration {

@@ -13,6 +13,7 @@ pub mod pagination;
 pub mod presign;
 pub mod read_model;
 pub mod routes;
+mod serve;
 pub mod sigv4;
 pub mod state;
 
@@ -54,12 +55,12 @@ pub async fn run(
         }
         None => None,
     };
-    let served = axum::serve(listener, app(state, &config)).with_graceful_shutdown(shutdown).await;
+    serve::serve(listener, app(state, &config), config.header_read_timeout(), shutdown).await;
     follower.abort();
     if let Some(admin) = admin {
         admin.abort();
     }
-    Ok(served?)
+    Ok(())
 }
 
 /// The router with every route and the HTTP layers.

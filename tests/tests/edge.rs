@@ -157,3 +157,24 @@ async fn past_the_concurrency_cap_a_request_is_shed_at_once_with_503_not_queued(
     assert!(started.elapsed() < Duration::from_secs(2), "shed, not queued: {:?}", started.elapsed());
     holder.abort();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut api = config(&unique("slowloris"), "redis://127.0.0.1:1");
+    api.header_read_timeout_ms = 300;
+    let app = spawn_app(api).await;
+    let address = app.address.trim_start_matches("http://").to_string();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    // A request head that never ends (no blank line).
+    socket.write_all(b"GET /livez HTTP/1.1\r\nHost: api\r\nX-Slow: 1\r\n").await.unwrap();
+    let started = std::time::Instant::now();
+    let mut buffer = [0u8; 1024];
+    let read = tokio::time::timeout(Duration::from_secs(10), socket.read(&mut buffer)).await;
+    let closed = matches!(read, Ok(Ok(0)) | Ok(Err(_)))
+        || matches!(read, Ok(Ok(n)) if String::from_utf8_lossy(&buffer[..n]).starts_with("HTTP/1.1 408"));
+    assert!(closed, "the connection is closed (or answered 408), not held: {read:?}");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    // Others are still served.
+    assert_eq!(app.get("/livez", None).await.status(), 200);
+}
