@@ -53,10 +53,11 @@ impl FromRequestParts<AppState> for Organization {
         let sha = key_sha256(key);
         let keys = state.keyspace().await?;
         let org = state.read_model().await?.organization_of(&keys, &sha).await?;
-        match org {
-            Some(id) => Ok(Organization { id, keys }),
-            None => Err(ApiError::Unauthorized),
+        let id = org.ok_or(ApiError::Unauthorized)?;
+        if let Some(limit) = state.rate_limit() {
+            limit.take(&sha, std::time::Instant::now()).map_err(ApiError::TooManyRequests)?;
         }
+        Ok(Organization { id, keys })
     }
 }
 

@@ -38,6 +38,15 @@ pub struct Config {
     #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_concurrent_requests: u32,
 
+    /// Requests per second each API key may make (a token bucket); 0, the default, is no limit. Past it the
+    /// answer is 429 with Retry-After.
+    #[arg(long, env = "RATE_LIMIT_PER_SECOND", default_value_t = 0)]
+    pub rate_limit_per_second: u32,
+
+    /// Requests an API key may make at once before the rate limit applies (the bucket's size).
+    #[arg(long, env = "RATE_LIMIT_BURST", default_value_t = 50)]
+    pub rate_limit_burst: u32,
+
     /// Longest a client may take to send a request's head (line and headers), in milliseconds; past it the
     /// connection is closed.
     #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]

@@ -18,6 +18,9 @@ pub enum ApiError {
     NotFound(&'static str),
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// The key's rate limit is spent; a token comes back after this long.
+    #[error("rate limit exceeded")]
+    TooManyRequests(std::time::Duration),
     /// Redis unreachable, slow or failing: the client should retry with backoff.
     #[error("read model unavailable: {0}")]
     Unavailable(#[from] redis::RedisError),
@@ -42,6 +45,12 @@ impl IntoResponse for ApiError {
             }
             ApiError::NotFound(what) => error(StatusCode::NOT_FOUND, &format!("{what} not found")),
             ApiError::MethodNotAllowed => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
+            ApiError::TooManyRequests(wait) => {
+                let mut response = error(StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded for this API key");
+                let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
+                response.headers_mut().insert("retry-after", seconds.into());
+                response
+            }
             ApiError::Unavailable(e) => {
                 tracing::error!(error = %e, "read model unavailable");
                 unavailable()

@@ -11,6 +11,7 @@ pub mod models;
 pub mod openapi;
 pub mod pagination;
 pub mod presign;
+mod rate_limit;
 pub mod read_model;
 pub mod routes;
 mod serve;

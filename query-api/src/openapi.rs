@@ -53,8 +53,8 @@ impl Modify for Security {
     }
 }
 
-/// Headers every response carries (`x-request-id`), and `Retry-After` on 503: declared once here rather
-/// than on every response of every handler.
+/// Headers every response carries (`x-request-id`), `Retry-After` on 503, and the 429 of the optional
+/// per-key rate limit: declared once here rather than on every response of every handler.
 struct Headers;
 
 impl Modify for Headers {
@@ -69,12 +69,22 @@ impl Modify for Headers {
             .schema(utoipa::openapi::ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)))
             .description(Some("Seconds to wait before retrying"))
             .build();
+        let too_many = utoipa::openapi::ResponseBuilder::new()
+            .description("This API key's rate limit is spent (only when RATE_LIMIT_PER_SECOND is set)")
+            .content(
+                "application/json",
+                utoipa::openapi::ContentBuilder::new()
+                    .schema(Some(utoipa::openapi::Ref::from_schema_name("ErrorBody")))
+                    .build(),
+            )
+            .build();
         for item in openapi.paths.paths.values_mut() {
             for operation in [&mut item.get, &mut item.head].into_iter().flatten() {
+                operation.responses.responses.insert("429".into(), RefOr::T(too_many.clone()));
                 for (status, response) in operation.responses.responses.iter_mut() {
                     let RefOr::T(response) = response else { continue };
                     response.headers.insert("x-request-id".into(), request_id.clone());
-                    if status == "503" {
+                    if status == "503" || status == "429" {
                         response.headers.insert("Retry-After".into(), retry_after.clone());
                     }
                 }
@@ -114,12 +124,13 @@ mod tests {
     }
 
     #[test]
-    fn every_response_declares_its_request_id_and_every_503_its_retry_after() {
+    fn every_response_declares_its_request_id_and_every_503_and_429_its_retry_after() {
         let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
         for (path, item) in doc["paths"].as_object().unwrap() {
             for (status, response) in item["get"]["responses"].as_object().unwrap() {
                 assert!(response["headers"]["x-request-id"].is_object(), "{path} {status}");
-                assert_eq!(response["headers"]["Retry-After"].is_object(), status == "503", "{path} {status}");
+                let retry = status == "503" || status == "429";
+                assert_eq!(response["headers"]["Retry-After"].is_object(), retry, "{path} {status}");
             }
         }
     }

@@ -13,6 +13,7 @@ use crate::config::Config;
 use crate::error::ApiError;
 use crate::metrics::Metrics;
 use crate::presign::Presigner;
+use crate::rate_limit::RateLimit;
 use crate::read_model::ReadModel;
 
 #[derive(Clone)]
@@ -29,6 +30,7 @@ struct Inner {
     /// The active generation as last read; 0 until it has been read once.
     generation: AtomicU64,
     presigner: Option<Presigner>,
+    rate_limit: Option<RateLimit>,
     metrics: Arc<Metrics>,
 }
 
@@ -46,6 +48,7 @@ impl AppState {
             read_model: OnceCell::new(),
             generation: AtomicU64::new(UNKNOWN),
             presigner,
+            rate_limit: RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst),
             metrics: Arc::default(),
         })))
     }
@@ -79,6 +82,11 @@ impl AppState {
 
     pub fn presigner(&self) -> Option<&Presigner> {
         self.0.presigner.as_ref()
+    }
+
+    /// The per-key rate limit, when one is configured.
+    pub fn rate_limit(&self) -> Option<&RateLimit> {
+        self.0.rate_limit.as_ref()
     }
 
     pub fn metrics(&self) -> &Arc<Metrics> {

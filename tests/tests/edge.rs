@@ -178,3 +178,28 @@ async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
     // Others are still served.
     assert_eq!(app.get("/livez", None).await.status(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_per_key_rate_limit_a_key_past_its_burst_gets_429_with_retry_after_and_others_do_not() {
+    let world = World::start(&fixture::dataset()).await;
+    let mut limited = config(&world.prefix, &env("REDIS_URL"));
+    (limited.rate_limit_per_second, limited.rate_limit_burst) = (1, 3);
+    let app = spawn_app(limited).await;
+    // The burst of three passes; past it, one token a second, so requests in quick succession are refused.
+    for _ in 0..3 {
+        assert_eq!(app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
+    }
+    let refused = eventually(Duration::from_secs(10), "a refusal past the burst", || async {
+        let (status, retry, error) = error_of(app.get("/v1/studies", Some(ACME_KEY)).await).await;
+        (status == 429).then_some((retry, error))
+    })
+    .await;
+    assert_eq!(refused.0.as_deref(), Some("1"));
+    assert!(refused.1.contains("rate limit"), "{}", refused.1);
+    assert_eq!(app.get("/v1/studies", Some(fixture::GLOBEX_KEY)).await.status(), 200, "another key has its own");
+    assert_eq!(app.get("/v1/studies", Some("not-a-key")).await.status(), 401, "authentication comes first");
+    // Without the setting there is no limit.
+    for _ in 0..10 {
+        assert_eq!(world.app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
+    }
+}
