@@ -20,7 +20,7 @@ use crate::routes;
     servers((url = "/v1", description = "Version 1; the base address carries the version")),
     paths(routes::list_studies, routes::get_study, routes::list_interviews, routes::get_interview),
     components(schemas(StudyListItem, Study, Interview, Participant, Facet, PageInfo, StudyPage, InterviewPage, ErrorBody)),
-    modifiers(&Security, &Headers),
+    modifiers(&Security, &Headers, &Links),
     security(("bearerAuth" = []), ("serviceApiKey" = [])),
     tags(
         (name = "studies", description = "Completed studies"),
@@ -93,9 +93,50 @@ impl Modify for Headers {
     }
 }
 
+/// Links from a list to the operations its items lead to, so that clients and stateful testing can walk
+/// the API: a listed study to its details and its interviews, a listed interview to its details.
+struct Links;
+
+impl Modify for Links {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::link::LinkBuilder;
+        use utoipa::openapi::RefOr;
+        let first_id = "$response.body#/items/0/id";
+        let link = |operation: &str, parameter: &str, description: &str| {
+            let link = LinkBuilder::new().operation_id(operation).parameter(parameter, first_id);
+            RefOr::T(link.description(description).build())
+        };
+        let from = [
+            (
+                "/studies",
+                vec![
+                    ("getStudy", link("getStudy", "id", "The first listed study")),
+                    (
+                        "listStudyInterviews",
+                        link("listStudyInterviews", "studyId", "The first listed study's interviews"),
+                    ),
+                ],
+            ),
+            (
+                "/studies/{studyId}/interviews",
+                vec![("getInterview", link("getInterview", "id", "The first listed interview"))],
+            ),
+        ];
+        for (path, links) in from {
+            let Some(get) = openapi.paths.paths.get_mut(path).and_then(|item| item.get.as_mut()) else { continue };
+            let Some(RefOr::T(ok)) = get.responses.responses.get_mut("200") else { continue };
+            ok.links.extend(links.into_iter().map(|(name, link)| (name.to_string(), link)));
+        }
+    }
+}
+
 /// The definition as served at `/v1/openapi.json` and kept in `query-api/openapi.json`.
+///
+/// utoipa 5 writes a Link object's fields in snake case (`operation_id`) where OpenAPI spells them in camel
+/// case (`operationId`); no other key of this document is in snake case, so they are renamed as text.
 pub fn document() -> String {
-    ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serializes") + "\n"
+    let json = ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serializes");
+    json.replace("\"operation_id\":", "\"operationId\":").replace("\"operation_ref\":", "\"operationRef\":") + "\n"
 }
 
 #[cfg(test)]
@@ -121,6 +162,18 @@ mod tests {
         paths.sort();
         assert_eq!(paths, ["/interviews/{id}", "/studies", "/studies/{id}", "/studies/{studyId}/interviews"]);
         assert_eq!(doc["info"]["version"], "1.0");
+    }
+
+    #[test]
+    fn lists_link_to_the_operations_their_items_lead_to() {
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        let links = |path: &str| doc["paths"][path]["get"]["responses"]["200"]["links"].clone();
+        assert_eq!(links("/studies")["getStudy"]["operationId"], "getStudy");
+        assert_eq!(links("/studies")["listStudyInterviews"]["parameters"]["studyId"], "$response.body#/items/0/id");
+        assert_eq!(
+            links("/studies/{studyId}/interviews")["getInterview"]["parameters"]["id"],
+            "$response.body#/items/0/id"
+        );
     }
 
     #[test]
