@@ -85,7 +85,8 @@ async fn an_api_started_while_redis_is_down_answers_503_and_then_serves_the_real
     redis.stop();
 
     let mut api = config(&prefix, &redis.url());
-    api.generation_refresh_ms = 3_600_000;
+    // A single Redis of the test's own, also in the pass that sets REDIS_CLUSTER for the stack's cluster.
+    (api.redis_cluster, api.generation_refresh_ms) = (false, 3_600_000);
     let app = spawn_app(api).await;
     let response = app.get("/v1/studies", Some(secret)).await;
     assert_eq!(response.status(), 503, "Redis is away");

@@ -1,9 +1,13 @@
 //! The event contract with the main product (`spec/events.md`): the envelope, every event type, and the
 //! decoding rule that tells a poison message (set aside) from a well-formed event of an unknown type (skipped).
 
+mod data;
+
 use chrono::{DateTime, FixedOffset, Utc};
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use data::{type_label, TYPES};
 
 /// The three topics of the contract, named by the aggregate whose events they carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -154,48 +158,20 @@ struct RawEnvelope {
     data: serde_json::Map<String, Value>,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Title {
-    internal_title: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Completed {
-    completed_at: DateTime<FixedOffset>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Started {
-    study_id: String,
-}
-
-#[derive(Deserialize)]
-struct Facets {
-    facets: Vec<crate::Facet>,
-}
-
-#[derive(Deserialize)]
-struct Video {
-    #[serde(default)]
-    bucket: Option<String>,
-    key: String,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct KeyCreated {
-    name: String,
-    key_sha256: String,
-}
-
 /// Decodes one message of `topic`. `key` is the Kafka message key, which must equal `aggregateId` when present.
 pub fn decode(topic: Topic, key: Option<&[u8]>, value: &[u8]) -> Result<Decoded, Poison> {
     let raw: RawEnvelope = serde_json::from_slice(value).map_err(|e| Poison(format!("invalid envelope: {e}")))?;
     if raw.sequence < 1 {
         return Err(Poison("invalid envelope: sequence must be >= 1".into()));
+    }
+    // An empty id names nothing; an empty organizationId would even spread an organization's keys over
+    // the slots of a Redis Cluster, where no write could succeed.
+    for (field, id) in
+        [("eventId", &raw.event_id), ("organizationId", &raw.organization_id), ("aggregateId", &raw.aggregate_id)]
+    {
+        if id.is_empty() {
+            return Err(Poison(format!("invalid envelope: {field} is empty")));
+        }
     }
     if let Some(key) = key {
         if key != raw.aggregate_id.as_bytes() {
@@ -211,7 +187,7 @@ pub fn decode(topic: Topic, key: Option<&[u8]>, value: &[u8]) -> Result<Decoded,
         occurred_at: raw.occurred_at.with_timezone(&Utc),
     };
     let data = Value::Object(raw.data);
-    let body = match body(&envelope.kind, data) {
+    let body = match data::body(&envelope.kind, data) {
         Ok(Some((owner, body))) if owner == topic => body,
         Ok(Some((owner, _))) => {
             return Err(Poison(format!(
@@ -227,78 +203,5 @@ pub fn decode(topic: Topic, key: Option<&[u8]>, value: &[u8]) -> Result<Decoded,
     Ok(Decoded::Event(Event { envelope, body }))
 }
 
-/// Every event type of the contract.
-pub const TYPES: [&str; 18] = [
-    "study.created",
-    "study.retitled",
-    "study.launched",
-    "study.completed",
-    "study.reopened",
-    "study.deleted",
-    "interview.started",
-    "interview.participant_identified",
-    "interview.message_recorded",
-    "interview.facets_updated",
-    "interview.video_stored",
-    "interview.video_deleted",
-    "interview.completed",
-    "interview.hidden",
-    "interview.unhidden",
-    "interview.deleted",
-    "api_key.created",
-    "api_key.deleted",
-];
-
-/// A metric label for a `type` value: the type itself when the contract has it, `other` otherwise, so
-/// that what a producer sends cannot grow a label set without bound.
-pub fn type_label(kind: &str) -> String {
-    if TYPES.contains(&kind) { kind } else { "other" }.to_string()
-}
-
-fn parse<T: DeserializeOwned>(data: Value) -> Result<T, serde_json::Error> {
-    serde_json::from_value(data)
-}
-
-/// The body of a known type and the topic it belongs to, or `None` for an unknown type.
-fn body(kind: &str, data: Value) -> Result<Option<(Topic, Body)>, serde_json::Error> {
-    use Topic::*;
-    let decoded = match kind {
-        "study.created" => (Study, Body::StudyCreated { internal_title: parse::<Title>(data)?.internal_title }),
-        "study.retitled" => (Study, Body::StudyRetitled { internal_title: parse::<Title>(data)?.internal_title }),
-        "study.launched" => (Study, Body::StudyLaunched),
-        "study.completed" => {
-            let at = parse::<Completed>(data)?.completed_at.with_timezone(&Utc);
-            (Study, Body::StudyCompleted { completed_at: at })
-        }
-        "study.reopened" => (Study, Body::StudyReopened),
-        "study.deleted" => (Study, Body::StudyDeleted),
-        "interview.started" => (Interview, Body::InterviewStarted { study_id: parse::<Started>(data)?.study_id }),
-        "interview.participant_identified" => (Interview, Body::ParticipantIdentified(parse(data)?)),
-        "interview.message_recorded" => (Interview, Body::MessageRecorded(parse(data)?)),
-        "interview.facets_updated" => (Interview, Body::FacetsUpdated { facets: parse::<Facets>(data)?.facets }),
-        "interview.video_stored" => {
-            let video: Video = parse(data)?;
-            (Interview, Body::VideoStored { bucket: video.bucket, key: video.key })
-        }
-        "interview.video_deleted" => (Interview, Body::VideoDeleted),
-        "interview.completed" => (Interview, Body::InterviewCompleted),
-        "interview.hidden" => (Interview, Body::InterviewHidden),
-        "interview.unhidden" => (Interview, Body::InterviewUnhidden),
-        "interview.deleted" => (Interview, Body::InterviewDeleted),
-        "api_key.created" => {
-            let created: KeyCreated = parse(data)?;
-            let sha = created.key_sha256;
-            if sha.len() != 64 || !sha.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) {
-                return Err(serde::de::Error::custom("keySha256 must be 64 lowercase hex digits"));
-            }
-            (ApiKey, Body::ApiKeyCreated { name: created.name, key_sha256: sha })
-        }
-        "api_key.deleted" => (ApiKey, Body::ApiKeyDeleted),
-        _ => return Ok(None),
-    };
-    Ok(Some(decoded))
-}
-
 #[cfg(test)]
-#[path = "events_tests.rs"]
 mod tests;

@@ -230,3 +230,33 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn an_empty_id_is_poison() {
+    let envelope = |org: &str, aggregate: &str, event: &str| {
+        serde_json::to_vec(&json!({"eventId": event, "type": "study.launched", "organizationId": org,
+            "aggregateId": aggregate, "sequence": 1, "occurredAt": "2026-11-02T16:20:05Z", "data": {}}))
+        .unwrap()
+    };
+    for (value, field) in [
+        (envelope("", "s", "e"), "organizationId"),
+        (envelope("o", "", "e"), "aggregateId"),
+        (envelope("o", "s", ""), "eventId"),
+    ] {
+        let reason = poison(Topic::Study, &value);
+        assert!(reason.contains(field) && reason.contains("empty"), "{reason}");
+    }
+    let t = Topic::Interview;
+    for (kind, data, field) in [
+        ("interview.started", json!({"studyId": ""}), "studyId"),
+        (
+            "interview.participant_identified",
+            json!({"participantId": "", "firstName": null, "lastName": null}),
+            "participantId",
+        ),
+        ("interview.message_recorded", json!({"messageId": "", "role": "participant", "text": "x"}), "messageId"),
+    ] {
+        let reason = poison(t, &message(kind, "agg", data));
+        assert!(reason.contains(field), "{kind}: {reason}");
+    }
+}
