@@ -159,6 +159,24 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// Runs `cmd` on the one server, or on every primary of a cluster; the replies in that order.
+    pub async fn on_every_primary(&mut self, cmd: &Cmd) -> RedisResult<Vec<Value>> {
+        match self {
+            Connection::Single(conn) => Ok(vec![cmd.query_async(conn).await?]),
+            Connection::Cluster(cluster) => {
+                let (_, mut conn) = cluster.current();
+                let mut replies = Vec::new();
+                for primary in primaries(&mut conn).await? {
+                    let routing = SingleNodeRoutingInfo::ByAddress { host: primary.host, port: primary.port };
+                    replies.push(conn.route_command(cmd.clone(), RoutingInfo::SingleNode(routing)).await?);
+                }
+                Ok(replies)
+            }
+        }
+    }
+}
+
 /// The address of every primary that serves slots.
 async fn primaries(conn: &mut ClusterConnection) -> RedisResult<Vec<Primary>> {
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;

@@ -51,3 +51,27 @@ async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_event
     }
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_refuses_a_redis_that_may_evict_keys_with_one_line_saying_what_to_set() {
+    let redis = OwnRedis::start();
+    let mut conn = eventually(Duration::from_secs(10), "redis to answer", || async {
+        ::redis::Client::open(redis.url()).ok()?.get_multiplexed_async_connection().await.ok()
+    })
+    .await;
+    let _: () = ::redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("allkeys-lru")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let topics = Topics::create().await;
+    let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
+    (config.redis_url, config.redis_cluster) = (redis.url(), false);
+    let outcome = tokio::time::timeout(Duration::from_secs(30), projector::run(config, std::future::pending())).await;
+    let error = outcome.expect("it refuses at once, it does not run").expect_err("it refuses");
+    let line = error.to_string();
+    assert!(line.contains("maxmemory-policy allkeys-lru") && line.contains("noeviction"), "{line}");
+    assert_eq!(line.lines().count(), 1, "{line}");
+}

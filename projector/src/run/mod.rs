@@ -40,6 +40,7 @@ impl Projector {
     pub async fn connect(config: Config, mut stopped: watch::Receiver<bool>) -> Result<Option<Self>, Error> {
         config.validate()?;
         let Some(mut conn) = store::connect(&config, &mut stopped).await else { return Ok(None) };
+        store::check_no_eviction(&mut conn).await?;
         let generation = match config.generation {
             Some(generation) => generation,
             None => store::active_generation(&mut conn, &config.key_prefix).await?,

@@ -26,6 +26,34 @@ pub async fn connect(config: &Config, stopped: &mut watch::Receiver<bool>) -> Op
     }
 }
 
+/// Refuses a Redis that may evict keys: a read model that loses keys silently answers 401 to valid keys
+/// and short lists. Checked on the one server or every primary of a cluster; a server that refuses
+/// `CONFIG GET` (a managed Redis may) is taken on trust, with a warning.
+pub async fn check_no_eviction(conn: &mut Connection) -> Result<(), crate::Error> {
+    let mut get = redis::cmd("CONFIG");
+    get.arg("GET").arg("maxmemory-policy");
+    let replies = match conn.on_every_primary(&get).await {
+        Ok(replies) => replies,
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read maxmemory-policy; make sure it is noeviction");
+            return Ok(());
+        }
+    };
+    for reply in replies {
+        let pair: Vec<String> = redis::from_redis_value(reply).unwrap_or_default();
+        match pair.get(1).map(String::as_str) {
+            Some("noeviction") | None => {}
+            Some(policy) => {
+                return Err(crate::Error::Config(format!(
+                    "the read model's Redis may evict keys (maxmemory-policy {policy}): set maxmemory-policy \
+                     noeviction on it (every primary of a cluster)"
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The generation the projector writes to: the active one, which is set to 1 if there is none yet.
 pub async fn active_generation<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> redis::RedisResult<u64> {
     let key = Keyspace::active_generation(prefix);
