@@ -54,9 +54,11 @@ impl Topics {
     }
 }
 
+/// A producer as the main product might configure it, allowing messages up to 10 MB.
 pub fn producer() -> FutureProducer {
     ClientConfig::new()
         .set("bootstrap.servers", env("KAFKA_BROKERS"))
+        .set("message.max.bytes", "10000000")
         .set("linger.ms", "5")
         .set("message.timeout.ms", "60000")
         .create()

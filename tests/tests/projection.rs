@@ -190,3 +190,30 @@ async fn an_event_with_an_empty_organization_is_set_aside_and_the_partition_goes
     assert!(letters[0].header("dlq-reason").unwrap().contains("organizationId is empty"));
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_larger_than_a_megabyte_is_set_aside_and_the_partition_goes_on() {
+    // librdkafka's producers default to at most 1,000,000 bytes a message: a dead-letter producer left at
+    // that would retry such a poison message for ever.
+    let topics = Topics::create().await;
+    let huge = format!("{{\"type\": \"study.created\", \"padding\": \"{}\"", "x".repeat(1_500_000));
+    let at = "2026-05-01T10:00:00Z";
+    let messages = [
+        raw(Topic::Study, "s1", &huge),
+        event(Topic::Study, "org", "s1", 1, "study.created", at, json!({"internalTitle": "T"})),
+    ];
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let running = runner::spawn(runner::config(&topics, &unique("rm"), &unique("g"))).await;
+    running.wait_until_consumed(2, WAIT).await;
+    let snapshot = running.snapshot();
+    assert_eq!((snapshot.dead_lettered, snapshot.applied), (1, 1), "{snapshot:?}");
+    let letter = &kafka::read(&format!("{}.dlq", topics.study), 1, WAIT).await[0];
+    assert_eq!(letter.key.as_deref(), Some(&b"s1"[..]));
+    assert!(letter.header("dlq-reason").unwrap().starts_with("invalid envelope"));
+    match letter.header("dlq-value-dropped") {
+        // The broker took it whole, or refused it and the letter went without its value.
+        None => assert_eq!(letter.value.as_ref().map(Vec::len), Some(huge.len())),
+        Some(dropped) => assert_eq!((dropped, letter.value.as_ref()), (format!("{} bytes", huge.len()).as_str(), None)),
+    }
+    running.stop().await;
+}

@@ -92,9 +92,12 @@ pub fn inspector(config: &Config, group: &str) -> KafkaResult<BaseConsumer> {
     settings(config, group).create()
 }
 
+/// The producer of dead letters and replays. Its largest message is the largest the consumer accepts
+/// (librdkafka's `receive.message.max.bytes`), so that any message read can be set aside whole.
 pub fn producer(config: &Config) -> KafkaResult<FutureProducer> {
     ClientConfig::new()
         .set("bootstrap.servers", &config.brokers)
+        .set("message.max.bytes", "100000000")
         .set("message.timeout.ms", "30000")
         .set("acks", "all")
         .create()

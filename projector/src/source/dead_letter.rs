@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::Offset;
@@ -24,6 +24,8 @@ const REASON: &str = "dlq-reason";
 const TOPIC: &str = "dlq-topic";
 const PARTITION: &str = "dlq-partition";
 const OFFSET: &str = "dlq-offset";
+/// Set when the broker would not take the original value: its size, and the value is left out.
+const VALUE_DROPPED: &str = "dlq-value-dropped";
 const SUFFIX: &str = ".dlq";
 
 /// The dead-letter topic of a topic.
@@ -67,21 +69,39 @@ impl DeadLetter {
     }
 }
 
-/// Writes every dead letter to its dead-letter topic and waits until the broker has them all.
+/// Writes every dead letter to its dead-letter topic and waits until the broker has them all. A letter
+/// whose value is larger than the broker takes goes without it (its key, where it came from, why, and
+/// the size of what was left out), so that no message can stall its partition for ever.
 pub async fn write(producer: &FutureProducer, letters: &[DeadLetter]) -> Result<(), KafkaError> {
     let sends = letters.iter().map(|letter| async move {
-        let topic = dead_letter_topic(&letter.topic);
-        let (partition, offset) = (letter.partition.to_string(), letter.offset.to_string());
-        let headers =
-            [(REASON, letter.reason.as_str()), (TOPIC, &letter.topic), (PARTITION, &partition), (OFFSET, &offset)]
-                .into_iter()
-                .fold(OwnedHeaders::new(), |headers, (key, value)| {
-                    headers.insert(Header { key, value: Some(value.as_bytes()) })
-                });
-        let record = letter.record(&topic).headers(headers);
-        producer.send(record, Duration::from_secs(10)).await.map(|_| ()).map_err(|(e, _)| e)
+        match send(producer, letter, false).await {
+            Err(KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)) => {
+                tracing::warn!(topic = %letter.topic, offset = letter.offset, "dead letter too large; set aside without its value");
+                send(producer, letter, true).await
+            }
+            sent => sent,
+        }
     });
     futures::future::try_join_all(sends).await.map(|_| ())
+}
+
+async fn send(producer: &FutureProducer, letter: &DeadLetter, drop_value: bool) -> Result<(), KafkaError> {
+    let topic = dead_letter_topic(&letter.topic);
+    let (partition, offset) = (letter.partition.to_string(), letter.offset.to_string());
+    let dropped = format!("{} bytes", letter.value.as_ref().map_or(0, Vec::len));
+    let mut fields =
+        vec![(REASON, letter.reason.as_str()), (TOPIC, &letter.topic), (PARTITION, &partition), (OFFSET, &offset)];
+    if drop_value {
+        fields.push((VALUE_DROPPED, &dropped));
+    }
+    let headers = fields.into_iter().fold(OwnedHeaders::new(), |headers, (key, value)| {
+        headers.insert(Header { key, value: Some(value.as_bytes()) })
+    });
+    let mut record = letter.record(&topic).headers(headers);
+    if drop_value {
+        record.payload = None;
+    }
+    producer.send(record, Duration::from_secs(10)).await.map(|_| ()).map_err(|(e, _)| e)
 }
 
 /// A dead letter as read back, with where it sits in its dead-letter topic.
