@@ -4,8 +4,7 @@
 use serde_json::{json, Value};
 use shared::Topic;
 
-use crate::events::Outgoing;
-use crate::events::{event, sha256_hex};
+use crate::events::{event, sha256_hex, Outgoing};
 
 pub const ACME: &str = "org_acme";
 pub const GLOBEX: &str = "org_globex";
@@ -50,12 +49,26 @@ pub fn interview(org: &str, id: &str, study: &str, started: &str) -> Aggregate {
     Aggregate::new(Topic::Interview, org, id).then("interview.started", started, json!({"studyId": study}))
 }
 
+/// When the fixture's keys are created.
+const KEY_CREATED_AT: &str = "2026-01-01T00:00:00Z";
+
+/// The data of an `api_key.created` event for `secret`.
+fn key_data(secret: &str) -> Value {
+    json!({"name": "integration", "keySha256": sha256_hex(secret)})
+}
+
 pub fn key(org: &str, id: &str, secret: &str) -> Aggregate {
-    Aggregate::new(Topic::ApiKey, org, id).then(
-        "api_key.created",
-        "2026-01-01T00:00:00Z",
-        json!({"name": "integration", "keySha256": sha256_hex(secret)}),
-    )
+    Aggregate::new(Topic::ApiKey, org, id).then("api_key.created", KEY_CREATED_AT, key_data(secret))
+}
+
+/// `api_key.created` for `secret` at any sequence of key `id`, as when a key is created again.
+pub fn key_created(org: &str, id: &str, sequence: u64, secret: &str) -> Outgoing {
+    event(Topic::ApiKey, org, id, sequence, "api_key.created", KEY_CREATED_AT, key_data(secret))
+}
+
+/// `api_key.deleted` of key `id` at `sequence`.
+pub fn key_deleted(org: &str, id: &str, sequence: u64) -> Outgoing {
+    event(Topic::ApiKey, org, id, sequence, "api_key.deleted", "2026-05-01T00:00:00Z", json!({}))
 }
 
 pub fn completed(a: Aggregate) -> Aggregate {

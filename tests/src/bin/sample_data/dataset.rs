@@ -4,8 +4,7 @@
 //! duplicates (same aggregate, same sequence) that the projector ignores.
 
 use chrono::{DateTime, Duration, FixedOffset, SecondsFormat, TimeZone};
-use end_to_end::events::sha256_hex;
-use end_to_end::events::Outgoing;
+use end_to_end::events::{envelope, sha256_hex, Envelope, Outgoing};
 use serde_json::{json, Value};
 use shared::Topic;
 
@@ -43,15 +42,10 @@ impl Aggregate {
         let digest = sha256_hex(&format!("sample-data/{}/{}", self.id, self.seq));
         let event_id =
             format!("{}-{}-{}-{}-{}", &digest[0..8], &digest[8..12], &digest[12..16], &digest[16..20], &digest[20..32]);
-        let value = json!({
-            "eventId": event_id,
-            "type": kind,
-            "organizationId": self.org,
-            "aggregateId": self.id,
-            "sequence": self.seq,
-            "occurredAt": self.at.to_rfc3339_opts(SecondsFormat::Millis, true),
-            "data": data,
-        });
+        let at = self.at.to_rfc3339_opts(SecondsFormat::Millis, true);
+        let fields =
+            Envelope { event_id: &event_id, kind, org: &self.org, aggregate: &self.id, sequence: self.seq, at: &at };
+        let value = envelope(&fields, data);
         self.out.push(Outgoing { topic: self.topic, key: self.id.clone(), value: value.to_string().into_bytes() });
         self
     }
