@@ -45,6 +45,13 @@ impl Topics {
         topics
     }
 
+    /// Fresh topics (see [`Topics::create`]) holding `messages`, all published.
+    pub async fn holding(messages: &[Outgoing]) -> Self {
+        let topics = Self::create().await;
+        publish(&producer(), &topics, messages).await;
+        topics
+    }
+
     pub fn name(&self, topic: Topic) -> &str {
         match topic {
             Topic::Study => &self.study,

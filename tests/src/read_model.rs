@@ -1,13 +1,17 @@
 //! Reads what the projector wrote for one organization back into the shape of [`Expected`], through the
-//! shared key layout, so a test compares the two with one assertion.
+//! shared key layout, so a test compares the two with one assertion; and waits on the projector's
+//! progress as the read model shows it, for tests where no in-process count is at hand.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde_json::Value;
 use shared::connection::Connection;
 use shared::{Keyspace, Topic};
 
+use crate::events::Outgoing;
+use crate::eventually;
 use crate::scenario::{Expected, Scenario};
 
 pub async fn read(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario, org: &str) -> Expected {
@@ -50,9 +54,25 @@ fn parse(doc: Option<String>) -> Value {
     doc.map(|d| serde_json::from_str(&d).expect("document is JSON")).unwrap_or(Value::Null)
 }
 
+/// Waits until the projector writing `keys` has reached the aggregate of `message` (its owner key
+/// exists), or fails the test, saying it waited for `what`, after `timeout`.
+pub async fn wait_until_reached(conn: &Connection, keys: &Keyspace, message: &Outgoing, timeout: Duration, what: &str) {
+    let owner = keys.owner(message.topic, &message.key);
+    eventually(timeout, what, || async { conn.clone().exists::<_, bool>(&owner).await.unwrap().then_some(()) }).await
+}
+
+/// Waits until every aggregate of `scenario` is at its last sequence in `keys`, or fails the test after
+/// `timeout`.
+pub async fn wait_until_applied_everything(conn: &Connection, keys: &Keyspace, scenario: &Scenario, timeout: Duration) {
+    eventually(timeout, "every aggregate at its last sequence", || async {
+        applied_everything(&mut conn.clone(), keys, scenario).await.then_some(())
+    })
+    .await
+}
+
 /// Whether every aggregate's stored sequence is the last one the scenario published for it: one pipelined
 /// read, cheap enough to poll, unlike a full dump.
-pub async fn applied_everything(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario) -> bool {
+async fn applied_everything(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario) -> bool {
     let mut last: HashMap<String, u64> = HashMap::new();
     for message in &scenario.messages {
         let value: Value = serde_json::from_slice(&message.value).unwrap();

@@ -4,16 +4,15 @@
 use std::time::Duration;
 
 use end_to_end::events::{event, raw};
-use end_to_end::kafka::{self, Topics};
+use end_to_end::kafka::Topics;
 use end_to_end::metrics::sample;
-use end_to_end::{runner, unique};
-use projector::Outcome;
+use end_to_end::runner::{self, Outcome};
+use end_to_end::unique;
 use serde_json::json;
 use shared::Topic;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_metrics_and_the_totals_agree_on_every_outcome_of_a_mixed_batch() {
-    let topics = Topics::create().await;
     let at = "2026-05-01T10:00:00Z";
     let study = |org: &str, seq: u64, kind: &str, data| event(Topic::Study, org, "s1", seq, kind, at, data);
     let title = json!({"internalTitle": "T"});
@@ -26,7 +25,7 @@ async fn the_metrics_and_the_totals_agree_on_every_outcome_of_a_mixed_batch() {
         study("org_a", 6, "study.archived", json!({})),
         raw(Topic::Study, "s1", "{not json"),
     ];
-    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let topics = Topics::holding(&messages).await;
     let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
     config.http_addr = "127.0.0.1:0".parse().unwrap();
     let running = runner::spawn(config).await;

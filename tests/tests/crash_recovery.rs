@@ -7,8 +7,7 @@ use std::time::Duration;
 use end_to_end::dump::{digest, dump};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::scenario::{self, Scenario};
-use end_to_end::{eventually, read_model, redis, runner, unique};
-use redis::AsyncCommands;
+use end_to_end::{read_model, redis, runner, unique};
 use shared::Keyspace;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -27,23 +26,12 @@ async fn a_projector_killed_repeatedly_ends_identical_to_an_uninterrupted_run() 
     for quarter in 1..=3 {
         // Kill once the projector has reached the aggregate of a message further along the stream.
         let message = &scenario.messages[total * quarter / 4];
-        let owner = killed.owner(message.topic, &message.key);
-        eventually(Duration::from_secs(120), "progress before the kill", || {
-            let mut conn = conn.clone();
-            let owner = owner.clone();
-            async move { conn.exists::<_, bool>(&owner).await.unwrap().then_some(()) }
-        })
-        .await;
-        child.kill().expect("SIGKILL");
-        child.wait().expect("killed projector exits");
+        read_model::wait_until_reached(&conn, &killed, message, Duration::from_secs(120), "progress before the kill")
+            .await;
+        child.sigkill();
         child = runner::spawn_process(&topics, killed.prefix(), &group);
     }
-    eventually(Duration::from_secs(180), "every aggregate at its last sequence", || {
-        let mut conn = conn.clone();
-        let (killed, scenario) = (killed.clone(), &scenario);
-        async move { read_model::applied_everything(&mut conn, &killed, scenario).await.then_some(()) }
-    })
-    .await;
+    read_model::wait_until_applied_everything(&conn, &killed, &scenario, Duration::from_secs(180)).await;
     let actual = dump(&mut conn, &killed).await;
     assert_eq!(digest(&actual), digest(&expected));
     assert_eq!(actual, expected);
@@ -60,18 +48,13 @@ fn terminate(mut child: runner::KillOnDrop) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_projector_resumes_from_its_committed_offsets() {
-    let topics = Topics::create().await;
     let scenario = Scenario::generate(0x5eed_0003, 1, 4, 3);
     let (first, second) = scenario.messages.split_at(scenario.messages.len() / 2);
-    let producer = kafka::producer();
-    kafka::publish(&producer, &topics, first).await;
-    let prefix = unique("rm");
-    let group = unique("g");
-    let running = runner::spawn(runner::config(&topics, &prefix, &group)).await;
-    running.wait_until_consumed(first.len() as u64, Duration::from_secs(60)).await;
-    running.stop().await;
+    let topics = Topics::holding(first).await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    runner::build(runner::config(&topics, &prefix, &group), first.len() as u64, Duration::from_secs(60)).await;
 
-    kafka::publish(&producer, &topics, second).await;
+    kafka::publish(&kafka::producer(), &topics, second).await;
     let running = runner::spawn(runner::config(&topics, &prefix, &group)).await;
     running.wait_until_consumed(second.len() as u64, Duration::from_secs(60)).await;
     // Nothing of the first half was consumed again: the group's offsets were committed on shutdown.

@@ -1,7 +1,6 @@
 //! What an operator relies on: metrics with the values the test provoked, readiness that turns on a
 //! stalled projection, `status`, and dead letters listed and replayed through the same rules.
 
-use std::process::Stdio;
 use std::time::Duration;
 
 use end_to_end::events::{event, raw};
@@ -11,6 +10,9 @@ use end_to_end::own_redis::OwnRedis;
 use end_to_end::{eventually, runner, unique};
 use serde_json::{json, Value};
 use shared::Topic;
+
+/// How long a test waits for the projector, and for one of its commands to finish.
+const WAIT: Duration = Duration::from_secs(60);
 
 async fn get(url: &str) -> (u16, String) {
     let response = reqwest::get(url).await.expect("request");
@@ -24,7 +26,6 @@ fn study(id: &str, seq: u64, kind: &str, data: Value) -> end_to_end::events::Out
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_stalls() {
     let mut redis = OwnRedis::start();
-    let topics = Topics::create().await;
     let messages = vec![
         study("s1", 1, "study.created", json!({"internalTitle": "A"})),
         raw(Topic::Study, "s1", "{broken"),
@@ -33,8 +34,7 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
         study("s1", 3, "study.completed", json!({"completedAt": "2026-05-01T09:00:00Z"})),
         raw(Topic::Study, "s1", r#"{"type":"study.retitled","data":{}}"#),
     ];
-    let producer = kafka::producer();
-    kafka::publish(&producer, &topics, &messages).await;
+    let topics = Topics::holding(&messages).await;
     let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
     config.redis_url = redis.url();
     config.redis_cluster = false;
@@ -42,7 +42,7 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
     config.stall_after_secs = 1;
     let running = runner::spawn(config).await;
     let base = format!("http://{}", running.http.expect("an HTTP server"));
-    running.wait_until_consumed(6, Duration::from_secs(60)).await;
+    running.wait_until_consumed(6, WAIT).await;
 
     let (status, metrics) = get(&format!("{base}/metrics")).await;
     assert_eq!(status, 200);
@@ -67,7 +67,7 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
     redis.stop();
     let more: Vec<_> =
         (0..5).map(|n| study(&format!("s{}", n + 2), 1, "study.created", json!({"internalTitle": "B"}))).collect();
-    kafka::publish(&producer, &topics, &more).await;
+    kafka::publish(&kafka::producer(), &topics, &more).await;
     let stalled = eventually(Duration::from_secs(30), "readiness to report the stall", || async {
         let (status, body) = get(&format!("{base}/readyz")).await;
         (status == 503).then_some(body)
@@ -94,28 +94,21 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
     running.stop().await;
 }
 
-fn run(topics: &Topics, prefix: &str, group: &str, args: &[&str]) -> String {
-    let output = runner::command(topics, prefix, group, args).stdout(Stdio::piped()).output().unwrap();
-    assert!(output.status.success(), "projector {args:?}: {}", String::from_utf8_lossy(&output.stderr));
-    String::from_utf8(output.stdout).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
-    let topics = Topics::create().await;
     let messages = vec![
         study("s1", 1, "study.created", json!({"internalTitle": "A"})),
         raw(Topic::Study, "s1", "{broken"),
         raw(Topic::Study, "s2", r#"{"type":"study.created"}"#),
     ];
-    kafka::publish(&kafka::producer(), &topics, &messages).await;
-    let (prefix, group) = (unique("rm"), unique("g"));
-    let running = runner::spawn(runner::config(&topics, &prefix, &group)).await;
-    running.wait_until_consumed(3, Duration::from_secs(60)).await;
+    let topics = Topics::holding(&messages).await;
+    let running = runner::spawn_caught_up(&topics, 3, WAIT).await;
+    let (prefix, group) = (running.prefix(), running.group());
+    let run = |args: &'static [&'static str]| runner::succeed(&topics, prefix, group, args, WAIT);
 
     let dlq = format!("{}.dlq: 2", topics.study);
     let status = eventually(Duration::from_secs(30), "status with the committed offsets", || async {
-        let status = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["status"]));
+        let status = run(&["status"]).await;
         (status.contains(&dlq) && !status.contains("lag 1") && !status.contains("lag 2")).then_some(status)
     })
     .await;
@@ -123,16 +116,16 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
     assert!(status.contains("live projectors: 1"), "{status}");
     assert!(status.contains(&format!("lag of group {group}")), "{status}");
 
-    let list = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["dlq", "list"]));
+    let list = run(&["dlq", "list"]).await;
     let lines: Vec<&str> = list.lines().collect();
     assert_eq!(lines.len(), 2, "{list}");
     assert!(lines.iter().all(|l| l.contains("reason=invalid envelope")), "{list}");
 
-    let replayed = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["dlq", "replay"]));
+    let replayed = run(&["dlq", "replay"]).await;
     assert_eq!(replayed.trim(), "replayed 2 dead letters");
-    running.wait_until_consumed(5, Duration::from_secs(60)).await;
+    running.wait_until_consumed(5, WAIT).await;
     assert_eq!(running.snapshot().dead_lettered, 4, "still bad, so back in the dead-letter topic");
-    let again = tokio::task::block_in_place(|| run(&topics, &prefix, &group, &["dlq", "replay"]));
+    let again = run(&["dlq", "replay"]).await;
     assert_eq!(again.trim(), "replayed 2 dead letters", "only the new dead letters");
     running.stop().await;
 }

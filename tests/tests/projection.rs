@@ -16,15 +16,12 @@ const WAIT: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generated_stream_with_duplicates_and_interleaving_yields_exactly_the_model_state() {
     let (topics, scenario) = scenario::published(0x5eed_0001, 3, 8, 6).await;
-    let prefix = unique("rm");
-    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
-    let total = scenario.messages.len() as u64;
-    running.wait_until_consumed(total, WAIT).await;
+    let running = runner::spawn_caught_up(&topics, scenario.messages.len() as u64, WAIT).await;
 
     let stats = running.snapshot();
     assert!(stats.duplicates > 0, "the stream redelivers events: {stats:?}");
     assert_eq!((stats.refused, stats.dead_lettered, stats.skipped), (0, 0, 0));
-    let keys = Keyspace::new(prefix, 1);
+    let keys = Keyspace::new(running.prefix(), 1);
     let mut conn = redis().await;
     for org in scenario.organizations() {
         let expected = scenario.expected(&org);
@@ -37,7 +34,6 @@ async fn a_generated_stream_with_duplicates_and_interleaving_yields_exactly_the_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn poison_messages_go_to_the_dead_letter_topic_and_the_partition_goes_on() {
-    let topics = Topics::create().await;
     let at = "2026-05-01T10:00:00Z";
     let messages = vec![
         event(Topic::Study, "org", "s1", 1, "study.created", at, json!({"internalTitle": "Before"})),
@@ -50,12 +46,10 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_the_partition_goes_on()
         ),
         event(Topic::Study, "org", "s1", 2, "study.completed", at, json!({"completedAt": "2026-05-01T09:00:00Z"})),
     ];
-    kafka::publish(&kafka::producer(), &topics, &messages).await;
-    let prefix = unique("rm");
-    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
-    running.wait_until_consumed(5, WAIT).await;
+    let topics = Topics::holding(&messages).await;
+    let running = runner::spawn_caught_up(&topics, 5, WAIT).await;
 
-    let keys = Keyspace::new(prefix, 1);
+    let keys = Keyspace::new(running.prefix(), 1);
     let studies: Vec<String> = redis().await.zrange(keys.studies("org"), 0, -1).await.unwrap();
     assert_eq!(studies, ["s1"], "the events after the poison messages were applied");
     assert_eq!(running.snapshot().dead_lettered, 3);
@@ -79,7 +73,6 @@ async fn poison_messages_go_to_the_dead_letter_topic_and_the_partition_goes_on()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_of_another_organization_changes_nothing() {
-    let topics = Topics::create().await;
     let at = "2026-05-01T10:00:00Z";
     let completed = json!({"completedAt": "2026-05-01T09:00:00Z"});
     let messages = vec![
@@ -107,13 +100,11 @@ async fn an_event_of_another_organization_changes_nothing() {
         ),
         event(Topic::ApiKey, "org_b", "k1", 2, "api_key.deleted", at, json!({})),
     ];
-    kafka::publish(&kafka::producer(), &topics, &messages).await;
-    let prefix = unique("rm");
-    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
-    running.wait_until_consumed(6, WAIT).await;
+    let topics = Topics::holding(&messages).await;
+    let running = runner::spawn_caught_up(&topics, 6, WAIT).await;
 
     assert_eq!(running.snapshot().refused, 3);
-    let keys = Keyspace::new(prefix, 1);
+    let keys = Keyspace::new(running.prefix(), 1);
     let mut conn = redis().await;
     let doc: String = conn.hget(keys.study_documents("org_a"), "s1").await.unwrap();
     assert!(
@@ -133,21 +124,18 @@ async fn an_event_of_another_organization_changes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_event_type_is_skipped_and_counted_and_later_events_still_apply() {
-    let topics = Topics::create().await;
     let at = "2026-05-01T10:00:00Z";
     let messages = vec![
         event(Topic::Interview, "org", "i1", 1, "interview.started", at, json!({"studyId": "s1"})),
         event(Topic::Interview, "org", "i1", 2, "interview.sentiment_scored", at, json!({"score": 0.9})),
         event(Topic::Interview, "org", "i1", 3, "interview.completed", "2026-05-01T11:00:00Z", json!({})),
     ];
-    kafka::publish(&kafka::producer(), &topics, &messages).await;
-    let prefix = unique("rm");
-    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
-    running.wait_until_consumed(3, WAIT).await;
+    let topics = Topics::holding(&messages).await;
+    let running = runner::spawn_caught_up(&topics, 3, WAIT).await;
 
     let stats = running.snapshot();
     assert_eq!((stats.skipped, stats.applied, stats.gaps, stats.dead_lettered), (1, 2, 1, 0));
-    let keys = Keyspace::new(prefix, 1);
+    let keys = Keyspace::new(running.prefix(), 1);
     let listed: Vec<String> = redis().await.zrange(keys.interviews("org", "s1"), 0, -1).await.unwrap();
     assert_eq!(listed, ["i1"]);
     running.stop().await;
@@ -155,18 +143,15 @@ async fn an_unknown_event_type_is_skipped_and_counted_and_later_events_still_app
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_nothing_but_poison_messages_does_not_block_the_partition() {
-    let topics = Topics::create().await;
-    let producer = kafka::producer();
-    kafka::publish(&producer, &topics, &[raw(Topic::Study, "s1", "{"), raw(Topic::Study, "s1", "[]")]).await;
-    let prefix = unique("rm");
-    let running = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
+    let topics = Topics::holding(&[raw(Topic::Study, "s1", "{"), raw(Topic::Study, "s1", "[]")]).await;
+    let running = runner::spawn(runner::config(&topics, &unique("rm"), &unique("g"))).await;
     eventually(WAIT, "the poison messages set aside", || async {
         (running.snapshot().dead_lettered == 2).then_some(())
     })
     .await;
     let created =
         event(Topic::Study, "org", "s1", 1, "study.created", "2026-05-01T10:00:00Z", json!({"internalTitle": "T"}));
-    kafka::publish(&producer, &topics, &[created]).await;
+    kafka::publish(&kafka::producer(), &topics, &[created]).await;
     eventually(WAIT, "the next event applied", || async { (running.snapshot().applied == 1).then_some(()) }).await;
     running.stop().await;
 }
@@ -175,15 +160,13 @@ async fn a_batch_of_nothing_but_poison_messages_does_not_block_the_partition() {
 async fn an_event_with_an_empty_organization_is_set_aside_and_the_partition_goes_on() {
     // On a Redis Cluster the keys of an empty organization land in different slots, so no write of it
     // could ever succeed; it must not be retried for ever.
-    let topics = Topics::create().await;
     let at = "2026-05-01T10:00:00Z";
     let messages = [
         event(Topic::Study, "", "s1", 1, "study.created", at, json!({"internalTitle": "T"})),
         event(Topic::Study, "org", "s2", 1, "study.created", at, json!({"internalTitle": "T"})),
     ];
-    kafka::publish(&kafka::producer(), &topics, &messages).await;
-    let running = runner::spawn(runner::config(&topics, &unique("rm"), &unique("g"))).await;
-    running.wait_until_consumed(2, WAIT).await;
+    let topics = Topics::holding(&messages).await;
+    let running = runner::spawn_caught_up(&topics, 2, WAIT).await;
     let snapshot = running.snapshot();
     assert_eq!((snapshot.dead_lettered, snapshot.applied), (1, 1), "{snapshot:?}");
     let letters = kafka::read(&format!("{}.dlq", topics.study), 1, WAIT).await;
@@ -195,16 +178,14 @@ async fn an_event_with_an_empty_organization_is_set_aside_and_the_partition_goes
 async fn a_poison_message_larger_than_a_megabyte_is_set_aside_and_the_partition_goes_on() {
     // librdkafka's producers default to at most 1,000,000 bytes a message: a dead-letter producer left at
     // that would retry such a poison message for ever.
-    let topics = Topics::create().await;
     let huge = format!("{{\"type\": \"study.created\", \"padding\": \"{}\"", "x".repeat(1_500_000));
     let at = "2026-05-01T10:00:00Z";
     let messages = [
         raw(Topic::Study, "s1", &huge),
         event(Topic::Study, "org", "s1", 1, "study.created", at, json!({"internalTitle": "T"})),
     ];
-    kafka::publish(&kafka::producer(), &topics, &messages).await;
-    let running = runner::spawn(runner::config(&topics, &unique("rm"), &unique("g"))).await;
-    running.wait_until_consumed(2, WAIT).await;
+    let topics = Topics::holding(&messages).await;
+    let running = runner::spawn_caught_up(&topics, 2, WAIT).await;
     let snapshot = running.snapshot();
     assert_eq!((snapshot.dead_lettered, snapshot.applied), (1, 1), "{snapshot:?}");
     let letter = &kafka::read(&format!("{}.dlq", topics.study), 1, WAIT).await[0];

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use end_to_end::own_redis::OwnRedis;
-use end_to_end::{redis, unique};
+use end_to_end::{redis, runner, unique};
 use redis::AsyncCommands;
 use shared::connection::{Connection, Settings, Target};
 use shared::Keyspace;
@@ -59,7 +59,7 @@ async fn the_digest_reads_a_hash_larger_than_one_reply_may_be() {
         let fields: Vec<(String, &str)> = chunk.iter().map(|i| (format!("i{i:04}"), value.as_str())).collect();
         let _: () = conn.hset_multiple(&transcripts, &fields).await.unwrap();
     }
-    let digest = projector::Digest::of(&mut conn, &keys).await.expect("the digest reads the hash a page at a time");
+    let digest = runner::digest_of(&mut conn, &keys).await.expect("the digest reads the hash a page at a time");
     assert_eq!(digest.keys, 1);
     // The same content written in another order digests alike.
     let again = Keyspace::new(unique("big"), 1);
@@ -67,6 +67,6 @@ async fn the_digest_reads_a_hash_larger_than_one_reply_may_be() {
         let fields: Vec<(String, &str)> = chunk.iter().map(|i| (format!("i{i:04}"), value.as_str())).collect();
         let _: () = conn.hset_multiple(again.transcripts("org"), &fields).await.unwrap();
     }
-    let other = projector::Digest::of(&mut conn, &again).await.unwrap();
+    let other = runner::digest_of(&mut conn, &again).await.unwrap();
     assert_eq!(other.sha256, digest.sha256);
 }

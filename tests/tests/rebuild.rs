@@ -12,17 +12,12 @@ use end_to_end::events::Outgoing;
 use end_to_end::fixture;
 use end_to_end::kafka::{self, Topics};
 use end_to_end::scenario::{self, Scenario};
-use end_to_end::{env, eventually, redis, runner, unique};
-use projector::RebuildOptions as Options;
+use end_to_end::{env, eventually, read_model, redis, runner};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use shared::Keyspace;
 
 const SECRET: &str = "rebuild-test-key-0001";
-
-async fn digest(keys: &Keyspace) -> String {
-    runner::digest(keys).await
-}
 
 async fn active(prefix: &str) -> Option<u64> {
     redis().await.get(Keyspace::active_generation(prefix)).await.unwrap()
@@ -30,7 +25,7 @@ async fn active(prefix: &str) -> Option<u64> {
 
 /// A fresh build of the same topics under another prefix, for comparison.
 async fn scratch_digest(topics: &Topics, total: u64) -> String {
-    digest(&runner::build_from_scratch(topics, total).await).await
+    runner::digest(&runner::build_from_scratch(topics, total).await).await
 }
 
 fn more_studies(org: &str, from: usize, count: usize) -> Vec<Outgoing> {
@@ -41,17 +36,14 @@ fn more_studies(org: &str, from: usize, count: usize) -> Vec<Outgoing> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a_shrunken_list() {
-    let topics = Topics::create().await;
     let scenario = Scenario::generate(0x5eed_0010, 2, 12, 4);
     let org = scenario.organizations()[0].clone();
     let mut messages = scenario.messages.clone();
     messages.extend(fixture::key(&org, "rebuild-key", SECRET).messages);
-    let producer = kafka::producer();
-    kafka::publish(&producer, &topics, &messages).await;
-    let (prefix, group) = (unique("rb"), unique("g"));
-    let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    let topics = Topics::holding(&messages).await;
     let mut published = messages.len() as u64;
-    live.wait_until_consumed(published, Duration::from_secs(60)).await;
+    let live = runner::spawn_caught_up(&topics, published, Duration::from_secs(60)).await;
+    let (prefix, group) = (live.prefix().to_string(), live.group().to_string());
     let app = Arc::new(spawn_app(api::config(&prefix, &env("REDIS_URL"))).await);
 
     // A projection bug, fixed by the rebuild: a corrupted document in the live generation.
@@ -68,19 +60,9 @@ async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a
     let pager = tokio::spawn(page_continuously(app.clone(), initial_total, stop.clone()));
 
     let late = more_studies(&org, 0, 5);
-    let (_keep_running, running) = tokio::sync::watch::channel(false);
-    let rebuild = tokio::spawn(projector::rebuild(
-        runner::config(&topics, &prefix, &group),
-        Options {
-            grace: Duration::from_secs(1),
-            handover_lag: 0,
-            handover_timeout: Duration::from_secs(30),
-            lock_wait: Duration::ZERO,
-        },
-        running,
-        &|notice| println!("{notice}"),
-    ));
+    let rebuild = tokio::spawn(runner::rebuild(runner::config(&topics, &prefix, &group)));
     // Live events keep arriving during the rebuild.
+    let producer = kafka::producer();
     kafka::publish(&producer, &topics, &late).await;
     published += late.len() as u64;
     let rebuilt = rebuild.await.unwrap().expect("the rebuild succeeds");
@@ -110,10 +92,10 @@ async fn a_rebuild_switches_generations_while_clients_page_without_an_error_or_a
     stop.store(true, Ordering::Relaxed);
     let pages = pager.await.expect("no client ever saw an error or a shrunken list");
     assert!(pages > 0);
-    let old: Vec<String> = projector::generation_keys(&mut redis().await, &live_keys).await.unwrap();
+    let old = runner::generation_keys(&mut redis().await, &live_keys).await;
     assert!(old.is_empty(), "the old generation is deleted after the grace period: {} keys left", old.len());
     live.wait_until_consumed(published, Duration::from_secs(60)).await;
-    let rebuilt_digest = digest(&Keyspace::new(prefix, 2)).await;
+    let rebuilt_digest = runner::digest(&Keyspace::new(prefix, 2)).await;
     assert_eq!(rebuilt_digest, scratch_digest(&topics, published).await);
     live.stop().await;
 }
@@ -146,61 +128,45 @@ async fn page_continuously(app: Arc<api::TestApp>, floor: u64, stop: Arc<AtomicB
 async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes() {
     let (topics, scenario) = scenario::published(0x5eed_0011, 4, 20, 6).await;
     let total = scenario.messages.len();
-    let (prefix, group) = (unique("rb"), unique("g"));
-    let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
-    live.wait_until_consumed(total as u64, Duration::from_secs(120)).await;
+    let live = runner::spawn_caught_up(&topics, total as u64, Duration::from_secs(120)).await;
+    let (prefix, group) = (live.prefix().to_string(), live.group().to_string());
 
     let rebuild = ["rebuild", "--grace-secs", "1", "--handover-lag", "0", "--lock-wait-secs", "0"];
     let mut first =
         runner::KillOnDrop(runner::command(&topics, &prefix, &group, &rebuild).stdout(Stdio::null()).spawn().unwrap());
     let building = Keyspace::new(prefix.clone(), 2);
     let message = &scenario.messages[total / 3];
-    let owner = building.owner(message.topic, &message.key);
-    eventually(Duration::from_secs(60), "the rebuild to be a third in", || async {
-        redis().await.exists::<_, bool>(&owner).await.unwrap().then_some(())
-    })
-    .await;
+    let third = "the rebuild to be a third in";
+    read_model::wait_until_reached(&redis().await, &building, message, Duration::from_secs(60), third).await;
 
     let second = runner::output_within(runner::command(&topics, &prefix, &group, &rebuild), Duration::from_secs(60));
     assert!(!second.status.success(), "two rebuilds cannot run at once");
     assert!(String::from_utf8_lossy(&second.stderr).contains("another rebuild is running"));
 
-    first.kill().unwrap();
-    first.wait().unwrap();
+    first.sigkill();
     assert_eq!(active(&prefix).await, Some(1), "a killed rebuild never becomes active");
 
     let resume = ["rebuild", "--grace-secs", "1", "--handover-lag", "0", "--lock-wait-secs", "30"];
-    let command = runner::command(&topics, &prefix, &group, &resume);
-    let output =
-        tokio::task::spawn_blocking(move || runner::output_within(command, Duration::from_secs(180))).await.unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}");
+    let stdout = runner::succeed(&topics, &prefix, &group, &resume, Duration::from_secs(180)).await;
     assert!(stdout.contains("resuming the interrupted rebuild of generation 2"), "{stdout}");
     assert!(stdout.contains("switched to generation 2"), "{stdout}");
     assert_eq!(active(&prefix).await, Some(2));
-    assert_eq!(digest(&building).await, scratch_digest(&topics, total as u64).await);
+    assert_eq!(runner::digest(&building).await, scratch_digest(&topics, total as u64).await);
     live.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_whose_generation_lost_its_data_starts_over_and_says_so() {
-    let topics = Topics::create().await;
-    let messages = fixture::completed_study("org", "s1", "2026-03-01T00:00:00Z").messages;
-    kafka::publish(&kafka::producer(), &topics, &messages).await;
-    let (prefix, group) = (unique("rb"), unique("g"));
-    let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
-    live.wait_until_consumed(3, Duration::from_secs(60)).await;
+    let topics = Topics::holding(&fixture::completed_study("org", "s1", "2026-03-01T00:00:00Z").messages).await;
+    let live = runner::spawn_caught_up(&topics, 3, Duration::from_secs(60)).await;
+    let (prefix, group) = (live.prefix().to_string(), live.group().to_string());
     // An interrupted rebuild of generation 5 whose keys are gone, as after a Redis restart without them.
     let state = [("generation", "5"), ("group", "lost-group"), ("phase", "building")];
     let _: () = redis().await.hset_multiple(Keyspace::rebuild(&prefix), &state).await.unwrap();
     let _: () = redis().await.set(Keyspace::generation_counter(&prefix), 5).await.unwrap();
 
     let rebuild = ["rebuild", "--grace-secs", "0", "--handover-lag", "0", "--lock-wait-secs", "0"];
-    let command = runner::command(&topics, &prefix, &group, &rebuild);
-    let output =
-        tokio::task::spawn_blocking(move || runner::output_within(command, Duration::from_secs(120))).await.unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}");
+    let stdout = runner::succeed(&topics, &prefix, &group, &rebuild, Duration::from_secs(120)).await;
     assert!(stdout.contains("starting over: the interrupted rebuild's generation 5 lost its data"), "{stdout}");
     assert!(stdout.contains("switched to generation 6"), "{stdout}");
     assert_eq!(active(&prefix).await, Some(6));

@@ -77,10 +77,7 @@ async fn moving_an_organizations_slot_under_load_returns_no_error_and_loses_no_e
     let org = organization_in(slot);
     assert_eq!(cluster::cli(&["cluster", "keyslot", &format!("{{{org}}}")]).trim(), slot.to_string());
 
-    let topics = Topics::create().await;
-    let producer = kafka::producer();
-    let first = [key(&org, "k", SECRET).messages, studies(&org, 0, BEFORE)].concat();
-    kafka::publish(&producer, &topics, &first).await;
+    let topics = Topics::holding(&[key(&org, "k", SECRET).messages, studies(&org, 0, BEFORE)].concat()).await;
     let prefix = unique("rs");
     let mut projector_config = runner::config(&topics, &prefix, &unique("g"));
     projector_config.redis_url = env("REDIS_CLUSTER_URLS");
@@ -99,7 +96,7 @@ async fn moving_an_organizations_slot_under_load_returns_no_error_and_loses_no_e
     let clients: Vec<_> =
         (0..4).map(|_| tokio::spawn(load(app.clone(), stop.clone(), done.clone(), Arc::clone(&failures)))).collect();
     let publisher = {
-        let (producer, topics, org) = (producer.clone(), topics.clone(), org.clone());
+        let (producer, topics, org) = (kafka::producer(), topics.clone(), org.clone());
         tokio::spawn(async move {
             for chunk in 0..CHUNKS {
                 kafka::publish(&producer, &topics, &studies(&org, BEFORE + chunk * 4, BEFORE + chunk * 4 + 4)).await;

@@ -14,11 +14,9 @@ use shared::Keyspace;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_events() {
     let mut redis = OwnRedis::start();
-    let topics = Topics::create().await;
     let scenario = Scenario::generate(0x5eed_0004, 2, 6, 5);
     let (first, second) = scenario.messages.split_at(scenario.messages.len() / 2);
-    let producer = kafka::producer();
-    kafka::publish(&producer, &topics, first).await;
+    let topics = Topics::holding(first).await;
 
     let prefix = unique("rm");
     let mut config = runner::config(&topics, &prefix, &unique("g"));
@@ -33,7 +31,7 @@ async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_event
     running.wait_until_consumed(first.len() as u64, Duration::from_secs(60)).await;
 
     redis.stop();
-    kafka::publish(&producer, &topics, second).await;
+    kafka::publish(&kafka::producer(), &topics, second).await;
     eventually(Duration::from_secs(30), "the projector to hit the outage", || async {
         (running.snapshot().retries > 0).then_some(())
     })
@@ -69,7 +67,7 @@ async fn a_projector_refuses_a_redis_that_may_evict_keys_with_one_line_saying_wh
     let topics = Topics::create().await;
     let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
     (config.redis_url, config.redis_cluster) = (redis.url(), false);
-    let outcome = tokio::time::timeout(Duration::from_secs(30), projector::run(config, std::future::pending())).await;
+    let outcome = tokio::time::timeout(Duration::from_secs(30), runner::run(config)).await;
     let error = outcome.expect("it refuses at once, it does not run").expect_err("it refuses");
     let line = error.to_string();
     assert!(line.contains("maxmemory-policy allkeys-lru") && line.contains("noeviction"), "{line}");

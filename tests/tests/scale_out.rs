@@ -12,75 +12,49 @@ use end_to_end::scenario::{self, Scenario};
 use end_to_end::{env, eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
-use shared::connection::Connection;
 use shared::Keyspace;
 
 /// Every partition of the three event topics.
 const ALL_PARTITIONS: usize = 3 * PARTITIONS as usize;
 
-/// The live projectors registered under a prefix, as (instance id, partitions, generation).
-async fn instances(conn: &mut Connection, prefix: &str) -> Vec<(String, usize, u64)> {
-    let live = projector::live_instances(conn, prefix).await.expect("instances");
-    let mut all: Vec<_> = live.into_iter().map(|(id, i)| (id, i.partitions, i.generation)).collect();
-    all.sort();
-    all
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_projectors_split_the_partitions_and_the_survivor_of_a_sigkill_ends_identical_to_one_run() {
-    let topics = Topics::create().await;
     let scenario = Scenario::generate(0x5eed_0061, 4, 20, 8);
     let total = scenario.messages.len();
     let (first, second) = scenario.messages.split_at(total / 2);
-    let producer = kafka::producer();
-    kafka::publish(&producer, &topics, first).await;
+    let topics = Topics::holding(first).await;
     let mut conn = redis().await;
 
     let (prefix, group) = (unique("rm"), unique("g"));
     let mut doomed = runner::spawn_process(&topics, &prefix, &group);
     let survivor = runner::spawn(runner::config(&topics, &prefix, &group)).await;
-    let split = eventually(Duration::from_secs(60), "both projectors to hold partitions", || {
-        let (mut conn, prefix) = (conn.clone(), prefix.clone());
-        async move {
-            let all = instances(&mut conn, &prefix).await;
-            let counts: Vec<usize> = all.iter().map(|(_, partitions, _)| *partitions).collect();
-            (counts.len() == 2 && counts.iter().all(|&n| n > 0) && counts.iter().sum::<usize>() == ALL_PARTITIONS)
-                .then_some(counts)
-        }
+    let split = eventually(Duration::from_secs(60), "both projectors to hold partitions", || async {
+        let all = runner::instances(&conn, &prefix).await;
+        let counts: Vec<usize> = all.iter().map(|(_, partitions, _)| *partitions).collect();
+        (counts.len() == 2 && counts.iter().all(|&n| n > 0) && counts.iter().sum::<usize>() == ALL_PARTITIONS)
+            .then_some(counts)
     })
     .await;
     assert_eq!(split.iter().sum::<usize>(), ALL_PARTITIONS);
 
     // The second half arrives while both run; one dies by SIGKILL partway through it.
     let publishing = {
-        let (producer, topics, second) = (producer.clone(), topics.clone(), second.to_vec());
-        tokio::spawn(async move { kafka::publish(&producer, &topics, &second).await })
+        let (topics, second) = (topics.clone(), second.to_vec());
+        tokio::spawn(async move { kafka::publish(&kafka::producer(), &topics, &second).await })
     };
     let keys = Keyspace::new(prefix.clone(), 1);
     let message = &scenario.messages[total * 5 / 8];
-    let owner = keys.owner(message.topic, &message.key);
-    eventually(Duration::from_secs(120), "progress into the second half", || {
-        let (mut conn, owner) = (conn.clone(), owner.clone());
-        async move { conn.exists::<_, bool>(&owner).await.unwrap().then_some(()) }
-    })
-    .await;
-    doomed.kill().expect("SIGKILL");
-    doomed.wait().expect("killed projector exits");
+    read_model::wait_until_reached(&conn, &keys, message, Duration::from_secs(120), "progress into the second half")
+        .await;
+    doomed.sigkill();
     publishing.await.expect("published");
 
-    eventually(Duration::from_secs(60), "the survivor to hold every partition", || {
-        let (mut conn, prefix) = (conn.clone(), prefix.clone());
-        async move {
-            let all = instances(&mut conn, &prefix).await;
-            (all.len() == 1 && all[0].1 == ALL_PARTITIONS).then_some(())
-        }
+    eventually(Duration::from_secs(60), "the survivor to hold every partition", || async {
+        let all = runner::instances(&conn, &prefix).await;
+        (all.len() == 1 && all[0].1 == ALL_PARTITIONS).then_some(())
     })
     .await;
-    eventually(Duration::from_secs(120), "every aggregate at its last sequence", || {
-        let (mut conn, keys, scenario) = (conn.clone(), keys.clone(), &scenario);
-        async move { read_model::applied_everything(&mut conn, &keys, scenario).await.then_some(()) }
-    })
-    .await;
+    read_model::wait_until_applied_everything(&conn, &keys, &scenario, Duration::from_secs(120)).await;
     survivor.stop().await;
 
     let reference = runner::build_from_scratch(&topics, total as u64).await;
@@ -96,33 +70,22 @@ async fn a_rebuild_switches_every_live_projector_of_the_group_once() {
     let (prefix, group) = (unique("rm"), unique("g"));
     let one = runner::spawn(runner::config(&topics, &prefix, &group)).await;
     let two = runner::spawn(runner::config(&topics, &prefix, &group)).await;
-    eventually(Duration::from_secs(120), "the two live projectors to apply everything", || async {
-        (one.consumed() + two.consumed() >= total).then_some(())
-    })
-    .await;
+    runner::wait_until_consumed(&[&one, &two], total, Duration::from_secs(120)).await;
     let mut conn = redis().await;
-    eventually(Duration::from_secs(60), "two registered projectors", || {
-        let (mut conn, prefix) = (conn.clone(), prefix.clone());
-        async move { (instances(&mut conn, &prefix).await.len() == 2).then_some(()) }
+    eventually(Duration::from_secs(60), "two registered projectors", || async {
+        (runner::instances(&conn, &prefix).await.len() == 2).then_some(())
     })
     .await;
 
     let rebuild = ["rebuild", "--grace-secs", "1", "--handover-lag", "0"];
-    let command = runner::command(&topics, &prefix, &group, &rebuild);
-    let output =
-        tokio::task::spawn_blocking(move || runner::output_within(command, Duration::from_secs(180))).await.unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success(), "{stdout}");
+    let stdout = runner::succeed(&topics, &prefix, &group, &rebuild, Duration::from_secs(180)).await;
     assert_eq!(stdout.matches("switched to generation").count(), 1, "{stdout}");
     assert!(stdout.contains("switched to generation 2"), "{stdout}");
     let counter: u64 = conn.get(Keyspace::generation_counter(&prefix)).await.unwrap();
     assert_eq!(counter, 2, "one new generation for the whole group");
-    eventually(Duration::from_secs(10), "both live projectors on generation 2", || {
-        let (mut conn, prefix) = (conn.clone(), prefix.clone());
-        async move {
-            let all = instances(&mut conn, &prefix).await;
-            (all.len() == 2 && all.iter().all(|(_, _, generation)| *generation == 2)).then_some(())
-        }
+    eventually(Duration::from_secs(10), "both live projectors on generation 2", || async {
+        let all = runner::instances(&conn, &prefix).await;
+        (all.len() == 2 && all.iter().all(|(_, _, generation)| *generation == 2)).then_some(())
     })
     .await;
     one.stop().await;
@@ -181,10 +144,7 @@ async fn two_api_instances_answer_alike_and_follow_key_deletions_and_generation_
     let deletion = extra.then("api_key.deleted", "2026-06-01T00:00:00Z", json!({})).messages[1..].to_vec();
     let consumed = world.projector.consumed();
     kafka::publish(&kafka::producer(), &world.topics, &deletion).await;
-    eventually(Duration::from_secs(60), "the deletion to be projected", || async {
-        (world.projector.consumed() > consumed).then_some(())
-    })
-    .await;
+    world.projector.wait_until_consumed(consumed + 1, Duration::from_secs(60)).await;
     eventually(Duration::from_secs(1), "both instances to refuse the deleted key", || async {
         let mut refused = true;
         for app in apps {
@@ -198,13 +158,10 @@ async fn two_api_instances_answer_alike_and_follow_key_deletions_and_generation_
     // deleted at once; within a second both serve generation 2, with the same answers as before.
     let mut builder = runner::config(&world.topics, &world.prefix, &unique("g"));
     builder.generation = Some(2);
-    let builder = runner::spawn(builder).await;
-    let published = world.projector.consumed();
-    builder.wait_until_consumed(published, Duration::from_secs(60)).await;
-    builder.stop().await;
+    runner::build(builder, world.projector.consumed(), Duration::from_secs(60)).await;
     let mut conn = redis().await;
     let _: () = conn.set(Keyspace::active_generation(&world.prefix), 2).await.unwrap();
-    projector::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await.unwrap();
+    runner::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await;
     eventually(Duration::from_secs(1), "both instances to serve generation 2", || async {
         (answers(ACME_KEY).await == before).then_some(())
     })

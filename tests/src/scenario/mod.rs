@@ -12,7 +12,7 @@ use shared::Topic;
 
 use crate::events::Outgoing;
 use crate::events::{event, sha256_hex};
-use crate::kafka::{self, Topics};
+use crate::kafka::Topics;
 pub use crate::rng::Rng;
 
 mod expected;
@@ -221,8 +221,6 @@ fn interleave(rng: &mut Rng, histories: &[History]) -> Vec<Outgoing> {
 
 /// Topics of a test's own holding a generated stream (see [`Scenario::generate`]), all of it published.
 pub async fn published(seed: u64, orgs: usize, studies: usize, interviews: usize) -> (Topics, Scenario) {
-    let topics = Topics::create().await;
     let scenario = Scenario::generate(seed, orgs, studies, interviews);
-    kafka::publish(&kafka::producer(), &topics, &scenario.messages).await;
-    (topics, scenario)
+    (Topics::holding(&scenario.messages).await, scenario)
 }

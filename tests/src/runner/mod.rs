@@ -1,0 +1,209 @@
+//! Running the projector for a test: in-process through its library, or as the real binary
+//! ([`process`]). Every call the tests make into the projector crate is here, so a change of its API
+//! is met in this one module.
+
+mod process;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+pub use projector::Outcome;
+use projector::{Config, Counts, Metrics, Projector};
+use shared::connection::Connection;
+use shared::Keyspace;
+use tokio::sync::watch;
+
+pub use process::{binary, command, output_within, spawn_process, succeed, KillOnDrop};
+
+use crate::kafka::Topics;
+use crate::{env, eventually, unique};
+
+/// The projector's arguments for a test's topics, key prefix and consumer group.
+pub fn args(topics: &Topics, prefix: &str, group: &str) -> Vec<String> {
+    let pairs = [
+        ("--brokers", env("KAFKA_BROKERS")),
+        ("--redis-url", env("REDIS_URL")),
+        ("--group-id", group.to_string()),
+        ("--study-topic", topics.study.clone()),
+        ("--interview-topic", topics.interview.clone()),
+        ("--api-key-topic", topics.api_key.clone()),
+        ("--key-prefix", prefix.to_string()),
+        ("--batch-linger-ms", "5".to_string()),
+        ("--http-addr", "off".to_string()),
+    ];
+    pairs.into_iter().flat_map(|(k, v)| [k.to_string(), v]).collect()
+}
+
+pub fn config(topics: &Topics, prefix: &str, group: &str) -> Config {
+    Config::parse_from(std::iter::once("projector".to_string()).chain(args(topics, prefix, group)))
+}
+
+/// A projector running in this process.
+pub struct Running {
+    /// Where its /metrics, /healthz and /readyz answer, when its configuration asked for them.
+    pub http: Option<std::net::SocketAddr>,
+    prefix: String,
+    group: String,
+    stop: watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Result<(), projector::Error>>,
+    metrics: Arc<Metrics>,
+}
+
+/// The projector's totals as the tests read them: `applied` counts every event applied, gaps included.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Snapshot {
+    pub applied: u64,
+    pub gaps: u64,
+    pub duplicates: u64,
+    pub refused: u64,
+    pub skipped: u64,
+    pub dead_lettered: u64,
+    pub retries: u64,
+}
+
+impl From<Counts> for Snapshot {
+    fn from(c: Counts) -> Self {
+        Snapshot {
+            applied: c.of(Outcome::Applied) + c.of(Outcome::Gap),
+            gaps: c.of(Outcome::Gap),
+            duplicates: c.of(Outcome::Duplicate),
+            refused: c.of(Outcome::Refused),
+            skipped: c.of(Outcome::Skipped),
+            dead_lettered: c.of(Outcome::DeadLettered),
+            retries: c.retries,
+        }
+    }
+}
+
+pub async fn spawn(config: Config) -> Running {
+    if let Ok(filter) = std::env::var("TEST_LOG") {
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    }
+    let (prefix, group) = (config.key_prefix.clone(), config.group_id.clone());
+    let (stop, stopped) = watch::channel(false);
+    let projector =
+        Projector::connect(config, stopped.clone()).await.expect("projector connects").expect("not stopped");
+    let metrics = projector.metrics();
+    let http = projector.serve_http(Default::default()).await;
+    let task = tokio::spawn(projector.run_live(stopped));
+    Running { http, prefix, group, stop, task, metrics }
+}
+
+/// A projector of a test's own on `topics` (a fresh key prefix and consumer group), once it consumed
+/// `total` messages.
+pub async fn spawn_caught_up(topics: &Topics, total: u64, timeout: Duration) -> Running {
+    let running = spawn(config(topics, &unique("rm"), &unique("g"))).await;
+    running.wait_until_consumed(total, timeout).await;
+    running
+}
+
+/// Runs a projector of `config` as its binary does, until it stops by itself: for one that must refuse
+/// to start.
+pub async fn run(config: Config) -> Result<(), projector::Error> {
+    projector::run(config, std::future::pending()).await
+}
+
+/// Runs a projector of `config` until it consumed `total` messages, then stops it.
+pub async fn build(config: Config, total: u64, timeout: Duration) {
+    let running = spawn(config).await;
+    running.wait_until_consumed(total, timeout).await;
+    running.stop().await;
+}
+
+/// Waits until the projectors together consumed at least `total` messages, or fails the test after
+/// `timeout`.
+pub async fn wait_until_consumed(projectors: &[&Running], total: u64, timeout: Duration) {
+    let what = format!("{total} messages consumed");
+    eventually(timeout, &what, || async {
+        (projectors.iter().map(|running| running.consumed()).sum::<u64>() >= total).then_some(())
+    })
+    .await
+}
+
+impl Running {
+    /// The key prefix it writes under.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Its consumer group.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// Messages consumed so far, whatever became of them.
+    pub fn consumed(&self) -> u64 {
+        self.counts().consumed()
+    }
+
+    /// Waits until at least `total` messages were consumed, or fails the test after `timeout`.
+    pub async fn wait_until_consumed(&self, total: u64, timeout: Duration) {
+        wait_until_consumed(&[self], total, timeout).await
+    }
+
+    /// The projector's totals by outcome.
+    pub fn counts(&self) -> Counts {
+        self.metrics.counts()
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        self.counts().into()
+    }
+
+    pub async fn stop(self) {
+        let _ = self.stop.send(true);
+        self.task.await.expect("projector task").expect("projector ends cleanly");
+    }
+}
+
+/// The read model of `topics` built from scratch, under a prefix of its own, by a projector of its own:
+/// the reference a run with faults must end identical to. Returns that build's keys once `total`
+/// messages were consumed.
+pub async fn build_from_scratch(topics: &Topics, total: u64) -> Keyspace {
+    let keys = Keyspace::new(unique("scratch"), 1);
+    build(config(topics, keys.prefix(), &unique("g")), total, Duration::from_secs(120)).await;
+    keys
+}
+
+/// A rebuild run in this process, as a test runs it: the old generation deleted a second after the
+/// switch, the handover at lag 0 within 30 s, no waiting for another rebuild's lock; notices printed.
+/// Returns the generation switched to.
+pub async fn rebuild(config: Config) -> Result<Option<u64>, projector::Error> {
+    let options = projector::RebuildOptions {
+        grace: Duration::from_secs(1),
+        handover_lag: 0,
+        handover_timeout: Duration::from_secs(30),
+        lock_wait: Duration::ZERO,
+    };
+    let (_keep_running, running) = watch::channel(false);
+    projector::rebuild(config, options, running, &|notice| println!("{notice}")).await
+}
+
+/// The digest of a generation on the stack's Redis, as `projector digest` prints it.
+pub async fn digest(keys: &Keyspace) -> String {
+    digest_of(&mut crate::redis().await, keys).await.expect("digest").to_string()
+}
+
+/// The digest of a generation read through `conn`.
+pub async fn digest_of(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<projector::Digest> {
+    projector::Digest::of(conn, keys).await
+}
+
+/// The names of a generation's keys.
+pub async fn generation_keys(conn: &mut Connection, keys: &Keyspace) -> Vec<String> {
+    projector::generation_keys(conn, keys).await.expect("generation keys")
+}
+
+/// Deletes a generation's keys, as a rebuild does after its grace period.
+pub async fn delete_generation(conn: &mut Connection, keys: &Keyspace) {
+    projector::delete_generation(conn, keys).await.expect("generation deleted");
+}
+
+/// The live projectors registered under a prefix, as (instance id, partitions, generation), sorted.
+pub async fn instances(conn: &Connection, prefix: &str) -> Vec<(String, usize, u64)> {
+    let live = projector::live_instances(&mut conn.clone(), prefix).await.expect("instances");
+    let mut all: Vec<_> = live.into_iter().map(|(id, i)| (id, i.partitions, i.generation)).collect();
+    all.sort();
+    all
+}

@@ -1,0 +1,91 @@
+//! The real projector binary, for tests that kill it with SIGKILL or run its operator commands: started
+//! with a test's arguments, killed when dropped, and run to completion with a deadline.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+use super::args;
+use crate::kafka::Topics;
+
+/// The projector binary built next to this test binary (`cargo build -p projector` builds it).
+pub fn binary() -> PathBuf {
+    let exe = std::env::current_exe().expect("test binary path");
+    let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("projector");
+    assert!(path.exists(), "{} is missing: run `cargo build -p projector` first", path.display());
+    path
+}
+
+/// A child process that is killed when dropped, so a failing test leaves nothing running.
+pub struct KillOnDrop(pub Child);
+
+impl KillOnDrop {
+    /// SIGKILL, then waits for the process to be gone.
+    pub fn sigkill(&mut self) {
+        self.0.kill().expect("SIGKILL");
+        self.0.wait().expect("killed projector exits");
+    }
+}
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl std::ops::Deref for KillOnDrop {
+    type Target = Child;
+    fn deref(&self) -> &Child {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for KillOnDrop {
+    fn deref_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+/// Starts the real projector binary.
+pub fn spawn_process(topics: &Topics, prefix: &str, group: &str) -> KillOnDrop {
+    KillOnDrop(command(topics, prefix, group, &[]).stdout(Stdio::null()).spawn().expect("projector starts"))
+}
+
+/// The real projector binary with a test's arguments, then `extra` (a subcommand and its options).
+pub fn command(topics: &Topics, prefix: &str, group: &str, extra: &[&str]) -> Command {
+    let mut command = Command::new(binary());
+    command.args(args(topics, prefix, group)).args(extra).env("RUST_LOG", "warn").stderr(Stdio::inherit());
+    command
+}
+
+/// Runs a command to completion with its output captured, killing it and failing the test if it takes
+/// longer than `deadline`.
+pub fn output_within(mut command: Command, deadline: Duration) -> Output {
+    let mut child = command.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().expect("command starts");
+    let started = std::time::Instant::now();
+    while child.try_wait().expect("command status").is_none() {
+        if started.elapsed() > deadline {
+            let _ = child.kill();
+            let output = child.wait_with_output().expect("killed command output");
+            panic!(
+                "{command:?} did not finish within {deadline:?}; it printed:\n{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().expect("command output")
+}
+
+/// Runs the projector binary with a test's arguments and `extra` to completion (see [`output_within`]),
+/// fails the test unless it exits 0, and returns what it printed on stdout.
+pub async fn succeed(topics: &Topics, prefix: &str, group: &str, extra: &[&str], deadline: Duration) -> String {
+    let command = command(topics, prefix, group, extra);
+    let output = tokio::task::spawn_blocking(move || output_within(command, deadline)).await.expect("command thread");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "projector {extra:?} failed ({}): {stdout}{stderr}", output.status);
+    stdout
+}
