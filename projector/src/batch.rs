@@ -79,7 +79,7 @@ pub async fn project(
     let started = Instant::now();
     metrics.in_hand.set(records.len() as i64);
     let mut tally = Tally::new();
-    let (events, letters) = sort(records, &mut tally);
+    let (events, letters) = decode_all(records, &mut tally);
     let mut retry = Retry::new("write to the dead-letter topic", metrics);
     while !letters.is_empty() {
         match poison.set_aside(&letters).await {
@@ -109,7 +109,7 @@ pub async fn project(
 
 /// Decodes every record: the events to apply, and the poison to set aside (skipped and poison messages
 /// are counted here; events once applied).
-fn sort(records: &[Record<'_>], tally: &mut Tally) -> (Vec<Event>, Vec<DeadLetter>) {
+fn decode_all(records: &[Record<'_>], tally: &mut Tally) -> (Vec<Event>, Vec<DeadLetter>) {
     let mut events = Vec::with_capacity(records.len());
     let mut letters = Vec::new();
     for record in records {

@@ -31,9 +31,6 @@ pub enum Outcome {
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 6] =
-        [Outcome::Applied, Outcome::Gap, Outcome::Duplicate, Outcome::Refused, Outcome::Skipped, Outcome::DeadLettered];
-
     /// The `outcome` label.
     pub fn label(self) -> &'static str {
         match self {
