@@ -22,7 +22,7 @@ use crate::backoff::Backoff;
 use crate::observe::{Metrics, Outcome, Tally};
 use crate::source::Source;
 pub use crate::source::{BrokerError, DeadLetter, Record};
-use crate::store::{Group, Store};
+use crate::store::{Applied, Group, Store};
 
 /// What one call of [`step`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,24 +79,28 @@ pub async fn project(
     let started = Instant::now();
     metrics.in_hand.set(records.len() as i64);
     let mut tally = Tally::new();
-    let (events, letters) = decode_all(records, &mut tally);
-    let mut retry = Retry::new("write to the dead-letter topic", metrics);
-    while !letters.is_empty() {
-        match poison.set_aside(&letters).await {
-            Ok(()) => break,
-            Err(e) if retry.after(e.to_string(), stopped).await => {}
-            Err(_) => return false,
-        }
+    let (events, origins, letters) = decode_all(records, &mut tally);
+    if !set_aside(poison, &letters, metrics, stopped).await {
+        return false;
     }
     let groups = group(&events);
-    let mut retry = Retry::new("apply a batch to redis", metrics);
-    let applied = loop {
-        match store.apply(&groups).await {
-            Ok(applied) => break applied,
-            Err(e) if retry.after(e.to_string(), stopped).await => {}
-            Err(_) => return false,
+    let Some((applied, refused)) = write_all(&groups, store, metrics, stopped).await else { return false };
+    // An aggregate Redis refuses for good is set aside like poison: its partition goes on.
+    let mut letters = Vec::new();
+    for (group, reason) in refused {
+        tracing::error!(aggregate = group.aggregate_id, %reason, "redis refused an aggregate's events; set aside");
+        for event in &group.events {
+            let record = &records[origins[events.iter().position(|e| std::ptr::eq(e, *event)).expect("in batch")]];
+            count(&mut tally, group.topic, &event.envelope.kind, Outcome::DeadLettered);
+            letters.push(DeadLetter::new(record, format!("redis refused the write: {reason}")));
         }
-    };
+    }
+    if !set_aside(poison, &letters, metrics, stopped).await {
+        return false;
+    }
+    if let Some(latest) = events.iter().map(|e| e.envelope.occurred_at).max() {
+        metrics.applied_event_at(latest.timestamp_micros() as f64 / 1e6);
+    }
     for (topic, kind, outcome) in applied {
         count(&mut tally, topic, kind, outcome);
     }
@@ -107,18 +111,73 @@ pub async fn project(
     true
 }
 
-/// Decodes every record: the events to apply, and the poison to set aside (skipped and poison messages
-/// are counted here; events once applied).
-fn decode_all(records: &[Record<'_>], tally: &mut Tally) -> (Vec<Event>, Vec<DeadLetter>) {
+/// Writes dead letters, trying again until the broker has them; false when shut down first.
+async fn set_aside(
+    poison: &impl SetAside,
+    letters: &[DeadLetter],
+    metrics: &Metrics,
+    stopped: &mut watch::Receiver<bool>,
+) -> bool {
+    let mut retry = Retry::new("write to the dead-letter topic", metrics);
+    while !letters.is_empty() {
+        match poison.set_aside(letters).await {
+            Ok(()) => break,
+            Err(e) if retry.after(e.to_string(), stopped).await => {}
+            Err(_) => return false,
+        }
+    }
+    true
+}
+
+/// Writes every group, trying again while Redis is away, busy or full. When Redis refuses the batch for
+/// a reason no retry can fix, writes the groups one at a time and returns those it refuses, with why.
+/// `None` when shut down first.
+async fn write_all<'a>(
+    groups: &'a [Group<'a>],
+    store: &mut Store,
+    metrics: &Metrics,
+    stopped: &mut watch::Receiver<bool>,
+) -> Option<(Applied<'a>, Vec<(&'a Group<'a>, String)>)> {
+    let mut retry = Retry::new("apply a batch to redis", metrics);
+    let (mut applied, mut refused) = (Vec::new(), Vec::new());
+    let mut pending: Vec<&'a [Group<'a>]> = vec![groups];
+    while let Some(part) = pending.pop() {
+        match store.apply(part).await {
+            Ok(done) => {
+                metrics.redis.out_of_memory.set(0);
+                applied.extend(done);
+            }
+            Err(e) if e.is_permanent() && part.len() == 1 => refused.push((&part[0], e.to_string())),
+            // Which aggregate it is, one at a time tells.
+            Err(e) if e.is_permanent() => pending.extend(part.iter().rev().map(std::slice::from_ref)),
+            Err(e) => {
+                metrics.redis.out_of_memory.set(i64::from(e.is_out_of_memory()));
+                if !retry.after(e.to_string(), stopped).await {
+                    return None;
+                }
+                pending.push(part);
+            }
+        }
+    }
+    Some((applied, refused))
+}
+
+/// Decodes every record: the events to apply with the index of the record each came from, and the
+/// poison to set aside (skipped and poison messages are counted here; events once applied).
+fn decode_all(records: &[Record<'_>], tally: &mut Tally) -> (Vec<Event>, Vec<usize>, Vec<DeadLetter>) {
     let mut events = Vec::with_capacity(records.len());
+    let mut origins = Vec::with_capacity(records.len());
     let mut letters = Vec::new();
-    for record in records {
+    for (i, record) in records.iter().enumerate() {
         let decoded = match record.value {
             Some(value) => decode(record.topic, record.key, value),
             None => Err(shared::Poison("message has no value".into())),
         };
         match decoded {
-            Ok(Decoded::Event(event)) => events.push(event),
+            Ok(Decoded::Event(event)) => {
+                events.push(event);
+                origins.push(i);
+            }
             Ok(Decoded::Unknown { envelope }) => {
                 tracing::info!(topic = record.topic_name, kind = %envelope.kind, event_id = %envelope.event_id, "skipped an event of an unknown type");
                 count(tally, record.topic, &envelope.kind, Outcome::Skipped);
@@ -130,7 +189,7 @@ fn decode_all(records: &[Record<'_>], tally: &mut Tally) -> (Vec<Event>, Vec<Dea
             }
         }
     }
-    (events, letters)
+    (events, origins, letters)
 }
 
 fn count(tally: &mut Tally, topic: Topic, kind: &str, outcome: Outcome) {

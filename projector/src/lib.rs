@@ -10,9 +10,10 @@
 //! - `fold`: the projection as pure logic: an aggregate's state, how each event changes it, and what the
 //!   read model must hold afterwards (documents, index entries, WebVTT cues).
 //! - `store`: the Redis side: owners, the write script and the only Rust that knows its arguments,
-//!   conflict retries, generations and their digest.
-//! - `run`: the long-running modes: `live` and `rebuild` (with its handover), and how instances share
-//!   partitions and coordinate through Redis.
+//!   conflict retries, generations and their digest, and the positions the read model holds itself.
+//! - `run`: the long-running modes: `live` and `rebuild` (with its handover), how instances share
+//!   partitions and coordinate through Redis, and how the read model heals after Redis lost data
+//!   (`run/loss.rs` notices, `run/heal.rs` answers).
 //! - `observe`: one metrics registry and the HTTP server of `/metrics`, `/healthz`, `/readyz`.
 //! - [`ops`]: the operator's commands, one file each; all printing lives there.
 //! - [`config`]: every setting, from flags or the environment.

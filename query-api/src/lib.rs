@@ -5,6 +5,7 @@ mod bucket;
 pub mod config;
 mod credentials;
 pub mod error;
+pub mod freshness;
 mod limits;
 pub mod metrics;
 pub mod models;
@@ -72,7 +73,8 @@ pub fn app(state: AppState, config: &Config) -> Router {
         .route("/studies/{id}", get(routes::get_study))
         .route("/studies/{id}/interviews", get(routes::list_interviews))
         .route("/interviews/{id}", get(routes::get_interview))
-        .route("/openapi.json", get(openapi_json));
+        .route("/openapi.json", get(openapi_json))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), freshness::headers));
     let router = Router::new()
         .nest("/v1", v1)
         .route("/livez", get(routes::livez))

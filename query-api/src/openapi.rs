@@ -69,6 +69,21 @@ impl Modify for Headers {
             .schema(utoipa::openapi::ObjectBuilder::new().schema_type(Type::Integer).minimum(Some(0)))
             .description(Some("Seconds to wait before retrying"))
             .build();
+        let as_of = HeaderBuilder::new()
+            .schema(
+                utoipa::openapi::ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::DateTime))),
+            )
+            .description(Some(
+                "How fresh the read model is: the occurredAt of the latest event applied (when caught up), or of \
+                 the least fresh projector behind; absent before any event was applied",
+            ))
+            .build();
+        let caught_up = HeaderBuilder::new()
+            .schema(utoipa::openapi::ObjectBuilder::new().schema_type(Type::Boolean))
+            .description(Some("Whether the projectors have applied every event published so far"))
+            .build();
         let too_many = utoipa::openapi::ResponseBuilder::new()
             .description("This API key's rate limit is spent (only when RATE_LIMIT_PER_SECOND is set)")
             .content(
@@ -84,6 +99,10 @@ impl Modify for Headers {
                 for (status, response) in operation.responses.responses.iter_mut() {
                     let RefOr::T(response) = response else { continue };
                     response.headers.insert("x-request-id".into(), request_id.clone());
+                    if status == "200" {
+                        response.headers.insert(crate::freshness::AS_OF.into(), as_of.clone());
+                        response.headers.insert(crate::freshness::CAUGHT_UP.into(), caught_up.clone());
+                    }
                     if status == "503" || status == "429" {
                         response.headers.insert("Retry-After".into(), retry_after.clone());
                     }

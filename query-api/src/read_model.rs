@@ -153,6 +153,21 @@ impl ReadModel {
         Ok(doc.map(|doc| (doc, transcript)))
     }
 
+    /// How many partitions the generation is being projected again on after Redis lost data (0: none,
+    /// the generation is complete as far as the projector knows).
+    pub async fn healing_partitions(&self, keys: &Keyspace) -> RedisResult<u64> {
+        let mut cmd = redis::cmd("HLEN");
+        cmd.arg(keys.healing());
+        self.query(&cmd).await
+    }
+
+    /// The live projectors' reports (instance id → JSON), for how fresh the read model is.
+    pub async fn projectors(&self, prefix: &str) -> RedisResult<std::collections::HashMap<String, String>> {
+        let mut cmd = redis::cmd("HGETALL");
+        cmd.arg(Keyspace::projectors(prefix));
+        self.query(&cmd).await
+    }
+
     /// The active generation, `None` when no projector has created a read model yet.
     pub async fn active_generation(&self, prefix: &str) -> RedisResult<Option<u64>> {
         let mut cmd = redis::cmd("GET");

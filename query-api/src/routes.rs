@@ -192,21 +192,30 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 
 pub async fn readyz_detail(State(state): State<AppState>) -> Response {
     match readiness(&state).await {
-        Ok(generation) => Json(json!({ "status": "ready", "generation": generation })).into_response(),
+        Ok(generation) => {
+            let freshness = state.freshness();
+            let body = json!({
+                "status": "ready",
+                "generation": generation,
+                "latestEvent": freshness.as_of,
+                "caughtUp": freshness.caught_up,
+            });
+            Json(body).into_response()
+        }
         Err(reason) => {
             (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reason": reason }))).into_response()
         }
     }
 }
 
-/// The generation being served, or why there is none.
+/// The generation being served, or why there is none: read now, not as last followed.
 async fn readiness(state: &AppState) -> Result<u64, &'static str> {
     let read_model = state.read_model().await.map_err(|_| "redis is unreachable")?;
-    match read_model.active_generation(state.prefix()).await {
-        Ok(Some(generation)) => Ok(generation),
-        Ok(None) => Err("no read model yet"),
-        Err(_) => Err("redis is unreachable"),
+    if read_model.active_generation(state.prefix()).await.is_err() {
+        return Err("redis is unreachable");
     }
+    state.refresh_generation().await;
+    state.serving()
 }
 
 pub async fn not_found() -> ApiError {

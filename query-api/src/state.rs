@@ -1,7 +1,7 @@
 //! What every request handler shares: the Redis connection (made lazily, so the API starts and answers
-//! `/healthz` while Redis is away), the active generation, and the presigner.
+//! `/healthz` while Redis is away), the active generation and whether it is complete, and the presigner.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +22,13 @@ pub struct AppState(Arc<Inner>);
 /// The generation before the active one has been read (generations start at 1).
 const UNKNOWN: u64 = 0;
 
+/// What the last read of the active generation found.
+const COMPLETE: u8 = 0;
+/// The projector is projecting the generation again after Redis lost data (or it is new).
+const HEALING: u8 = 1;
+/// The active generation was known and is gone: Redis lost its data, and no projector has answered yet.
+const LOST: u8 = 2;
+
 struct Inner {
     prefix: String,
     target: Target,
@@ -29,6 +36,10 @@ struct Inner {
     read_model: OnceCell<ReadModel>,
     /// The active generation as last read; 0 until it has been read once.
     generation: AtomicU64,
+    /// [`COMPLETE`], [`HEALING`] or [`LOST`].
+    condition: AtomicU8,
+    /// How fresh the served generation is, as its projectors last reported.
+    freshness: crate::freshness::Latest,
     presigner: Option<Presigner>,
     rate_limit: Option<RateLimit>,
     metrics: Arc<Metrics>,
@@ -47,6 +58,8 @@ impl AppState {
             settings: Settings { timeout: config.redis_timeout(), cluster_retries: 10 },
             read_model: OnceCell::new(),
             generation: AtomicU64::new(UNKNOWN),
+            condition: AtomicU8::new(COMPLETE),
+            freshness: Default::default(),
             presigner,
             rate_limit: RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst),
             metrics: Arc::default(),
@@ -69,15 +82,31 @@ impl AppState {
     /// The keys of the generation being served, read once per request so that one response never mixes
     /// two generations. Until the active generation has been read (Redis was away when the API started,
     /// or there is no read model yet) it is read now, and without it the request is answered 503: serving
-    /// a guessed generation would answer 401 to valid keys.
+    /// a guessed generation would answer 401 to valid keys. So is a generation known to be incomplete
+    /// (being projected again after Redis lost data, or new), rather than answer a short list.
     pub async fn keyspace(&self) -> Result<Keyspace, ApiError> {
-        if self.0.generation.load(Ordering::Acquire) == UNKNOWN {
+        // While the read model is not known to be complete, every request looks again, so that it is
+        // served the moment the projector has caught up.
+        if self.0.generation.load(Ordering::Acquire) == UNKNOWN || self.0.condition.load(Ordering::Acquire) != COMPLETE
+        {
             self.refresh_generation().await;
         }
-        match self.0.generation.load(Ordering::Acquire) {
-            UNKNOWN => Err(ApiError::NotReady("the read model's active generation is not known yet")),
-            generation => Ok(Keyspace::new(self.0.prefix.clone(), generation)),
+        self.serving().map(|generation| Keyspace::new(self.0.prefix.clone(), generation)).map_err(ApiError::NotReady)
+    }
+
+    /// The generation being served, or why none is.
+    pub fn serving(&self) -> Result<u64, &'static str> {
+        match (self.0.generation.load(Ordering::Acquire), self.0.condition.load(Ordering::Acquire)) {
+            (_, HEALING) => Err("the read model is incomplete: the projector is projecting it (again)"),
+            (_, LOST) => Err("the read model's Redis lost its data; waiting for the projector"),
+            (UNKNOWN, _) => Err("the read model's active generation is not known yet"),
+            (generation, _) => Ok(generation),
         }
+    }
+
+    /// How fresh the served generation is, as last read.
+    pub fn freshness(&self) -> crate::freshness::Freshness {
+        self.0.freshness.get()
     }
 
     pub fn presigner(&self) -> Option<&Presigner> {
@@ -97,18 +126,41 @@ impl AppState {
         &self.0.prefix
     }
 
-    /// Re-reads the active generation.
+    /// Re-reads the active generation and whether it is complete.
     pub async fn refresh_generation(&self) {
         let Ok(read_model) = self.read_model().await else { return };
-        match read_model.active_generation(&self.0.prefix).await {
-            Ok(Some(generation)) => {
-                let previous = self.0.generation.swap(generation, Ordering::AcqRel);
-                if previous != generation {
-                    tracing::info!(generation, previous, "serving a new generation of the read model");
+        let generation = match read_model.active_generation(&self.0.prefix).await {
+            Ok(Some(generation)) => generation,
+            Ok(None) => {
+                if self.0.generation.load(Ordering::Acquire) != UNKNOWN
+                    && self.0.condition.swap(LOST, Ordering::AcqRel) != LOST
+                {
+                    tracing::error!("the read model's active generation is gone: Redis lost its data");
                 }
+                return;
             }
-            Ok(None) => {}
-            Err(e) => tracing::warn!(error = %e, "could not read the active generation"),
+            Err(e) => return tracing::warn!(error = %e, "could not read the active generation"),
+        };
+        let keys = Keyspace::new(self.0.prefix.clone(), generation);
+        let condition = match read_model.healing_partitions(&keys).await {
+            Ok(0) => COMPLETE,
+            Ok(_) => HEALING,
+            Err(e) => return tracing::warn!(error = %e, "could not read whether the read model is complete"),
+        };
+        if self.0.condition.swap(condition, Ordering::AcqRel) != condition {
+            tracing::info!(generation, complete = condition == COMPLETE, "the read model's condition changed");
+        }
+        match read_model.projectors(&self.0.prefix).await {
+            Ok(reports) => {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                let freshness = crate::freshness::Freshness::of(&reports, generation, now.as_secs_f64());
+                self.0.freshness.set(freshness);
+            }
+            Err(e) => tracing::warn!(error = %e, "could not read the projectors' reports"),
+        }
+        let previous = self.0.generation.swap(generation, Ordering::AcqRel);
+        if previous != generation {
+            tracing::info!(generation, previous, "serving a new generation of the read model");
         }
     }
 

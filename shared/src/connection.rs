@@ -177,6 +177,43 @@ impl Connection {
     }
 }
 
+/// A primary of the read model: where it is and which slots it serves (every slot on one server).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// `host:port`, or `redis` for the one server.
+    pub address: String,
+    /// Inclusive slot ranges.
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl Connection {
+    /// Every primary that serves slots (the one server on its own).
+    pub async fn nodes(&mut self) -> RedisResult<Vec<Node>> {
+        match self {
+            Connection::Single(_) => Ok(vec![Node { address: "redis".into(), slots: vec![(0, 16383)] }]),
+            Connection::Cluster(cluster) => {
+                let (_, mut conn) = cluster.current();
+                let primaries = primaries(&mut conn).await?;
+                Ok(primaries.into_iter().map(|p| Node { address: p.address(), slots: p.slots }).collect())
+            }
+        }
+    }
+
+    /// Runs `cmd` on one primary (on the one server, whatever `node` says).
+    pub async fn on_node(&mut self, node: &Node, cmd: &Cmd) -> RedisResult<Value> {
+        match self {
+            Connection::Single(conn) => cmd.query_async(conn).await,
+            Connection::Cluster(cluster) => {
+                let (_, mut conn) = cluster.current();
+                let (host, port) = node.address.rsplit_once(':').unwrap_or((&node.address, "6379"));
+                let port = port.parse().unwrap_or(6379);
+                let routing = SingleNodeRoutingInfo::ByAddress { host: host.to_string(), port };
+                conn.route_command(cmd.clone(), RoutingInfo::SingleNode(routing)).await
+            }
+        }
+    }
+}
+
 /// The address of every primary that serves slots.
 async fn primaries(conn: &mut ClusterConnection) -> RedisResult<Vec<Primary>> {
     let nodes: String = redis::cmd("CLUSTER").arg("NODES").query_async(conn).await?;

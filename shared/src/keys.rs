@@ -10,6 +10,8 @@
 //! | `P:rebuild-lock` | string | held (with a TTL) by the one running rebuild |
 //! | `P:projectors` | hash | instance id → JSON state of each live projector (generation, paused, heartbeat) |
 //! | `P:gN:meta` | hash | when and by which consumer group generation N was built |
+//! | `P:gN:{position-T}:position` | hash | per partition, one past the last offset this primary applied (one key per primary, `T` a tag in its slots) |
+//! | `P:gN:healing` | hash | per partition being projected again after a loss: the offset to reach and the loss's id |
 //! | `P:gN:owner:<aggregate>:<id>` | string | the organization recorded for an aggregate |
 //! | `P:gN:{<org>}:study:<id>` | hash | `seq`, `state`: the projector's state of a study |
 //! | `P:gN:{<org>}:studies` | sorted set | completed studies, score `completedAt` in µs, member id |
@@ -84,6 +86,25 @@ impl Keyspace {
         format!("{}:meta", self.base())
     }
 
+    /// What this generation's Redis applied, per partition: one key per primary of a cluster, named by a
+    /// tag that hashes into one of its slots (see [`position_tag`]), so that the positions are lost or
+    /// rolled back exactly with the data of that primary.
+    pub fn position(&self, tag: &str) -> String {
+        format!("{}:{{{tag}}}:position", self.base())
+    }
+
+    /// The partitions this generation is being projected again on after Redis lost data; while it has
+    /// any, the generation is incomplete and the API answers 503.
+    pub fn healing(&self) -> String {
+        format!("{}:healing", self.base())
+    }
+
+    /// Whether `key` of this generation is the projector's bookkeeping (its meta, positions or healing),
+    /// not the read model itself: a digest leaves these out.
+    pub fn is_bookkeeping(&self, key: &str) -> bool {
+        key == self.meta() || key == self.healing() || (key.starts_with(&self.base()) && key.ends_with("}:position"))
+    }
+
     /// Every key of this generation matches this pattern (for SCAN).
     pub fn pattern(&self) -> String {
         format!("{}:g{}:*", self.prefix, self.generation)
@@ -150,6 +171,19 @@ fn escape(id: &str) -> String {
     out
 }
 
+/// The Redis Cluster slot of `key` (CRC16 of its hash tag, modulo 16384).
+pub fn slot(key: &str) -> u16 {
+    crc16::State::<crc16::XMODEM>::calculate(hash_tag(key).as_bytes()) % 16384
+}
+
+/// A position tag whose slot is within one of `ranges` (inclusive): `position-<n>` for the smallest such n.
+pub fn position_tag(ranges: &[(u16, u16)]) -> Option<String> {
+    (0..200_000u32).map(|n| format!("position-{n}")).find(|tag| {
+        let slot = slot(tag);
+        ranges.iter().any(|(low, high)| (*low..=*high).contains(&slot))
+    })
+}
+
 /// The hash tag Redis Cluster would use for `key` (the whole key when it has none).
 pub fn hash_tag(key: &str) -> &str {
     if let Some(open) = key.find('{') {
@@ -191,6 +225,26 @@ mod tests {
         let tags: std::collections::HashSet<_> =
             ["a}b", "a", "a%7Db", "a:b", "a%3Ab"].iter().map(|org| hash_tag(&ks.studies(org)).to_string()).collect();
         assert_eq!(tags.len(), 5);
+    }
+
+    #[test]
+    fn slots_are_those_redis_cluster_computes() {
+        // Values from `CLUSTER KEYSLOT`.
+        assert_eq!(slot("foo"), 12182);
+        assert_eq!(slot("{user1000}.following"), slot("user1000"));
+        assert_eq!(slot("123456789"), 0x31C3);
+    }
+
+    #[test]
+    fn a_position_tag_exists_for_every_range_and_bookkeeping_is_told_apart() {
+        for range in [(0, 0), (5461, 10922), (16383, 16383)] {
+            let tag = position_tag(&[range]).unwrap();
+            assert!((range.0..=range.1).contains(&slot(&tag)), "{tag}");
+        }
+        let ks = Keyspace::new("rm", 2);
+        assert!(ks.is_bookkeeping(&ks.position("position-3")));
+        assert!(ks.is_bookkeeping(&ks.healing()) && ks.is_bookkeeping(&ks.meta()));
+        assert!(!ks.is_bookkeeping(&ks.studies("o")) && !ks.is_bookkeeping(&ks.at(3).healing()));
     }
 
     #[test]

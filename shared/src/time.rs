@@ -14,6 +14,16 @@ pub fn score(at: &DateTime<Utc>) -> f64 {
     at.timestamp_micros() as f64
 }
 
+/// Formats Unix time in seconds (as the projector's gauges keep it) like [`format_utc`], to the
+/// millisecond; `None` for 0 or less (nothing yet).
+pub fn format_unix(seconds: f64) -> Option<String> {
+    if seconds <= 0.0 {
+        return None;
+    }
+    let at = DateTime::from_timestamp_millis((seconds * 1000.0).round() as i64)?;
+    Some(at.to_rfc3339_opts(SecondsFormat::Millis, true))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -24,6 +34,12 @@ mod tests {
         let millis: DateTime<Utc> = "2026-11-02T16:20:05.120+01:00".parse().unwrap();
         assert_eq!(format_utc(&whole), "2026-11-02T15:20:00Z");
         assert_eq!(format_utc(&millis), "2026-11-02T15:20:05.120Z");
+    }
+
+    #[test]
+    fn unix_seconds_format_to_the_millisecond_and_nothing_as_none() {
+        assert_eq!(format_unix(1_795_400_000.5).as_deref(), Some("2026-11-23T02:13:20.500Z"));
+        assert_eq!(format_unix(0.0), None);
     }
 
     #[test]

@@ -12,7 +12,9 @@ use shared::Keyspace;
 pub async fn dump(conn: &mut Connection, keys: &Keyspace) -> BTreeMap<String, String> {
     let pattern = keys.pattern();
     let strip = pattern.len() - 1;
-    let names = conn.scan(&pattern).await.expect("scan");
+    // The projector's bookkeeping (positions, healing entries, meta) is not the read model.
+    let names: Vec<String> =
+        conn.scan(&pattern).await.expect("scan").into_iter().filter(|name| !keys.is_bookkeeping(name)).collect();
     let mut out = BTreeMap::new();
     for chunk in names.chunks(1000) {
         let types: Vec<Cmd> = chunk.iter().map(|name| command(&["TYPE", name])).collect();

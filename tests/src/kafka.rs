@@ -26,6 +26,11 @@ pub struct Topics {
 impl Topics {
     /// Creates fresh topics with [`PARTITIONS`] partitions each.
     pub async fn create() -> Self {
+        Self::with_partitions(PARTITIONS).await
+    }
+
+    /// Creates fresh topics with `partitions` partitions each.
+    pub async fn with_partitions(partitions: i32) -> Self {
         let run = unique("t");
         let topics = Self {
             study: format!("{run}-study-events"),
@@ -37,7 +42,7 @@ impl Topics {
         let names: Vec<String> =
             Topic::ALL.iter().flat_map(|t| [topics.name(*t).to_string(), format!("{}.dlq", topics.name(*t))]).collect();
         let new: Vec<NewTopic> =
-            names.iter().map(|n| NewTopic::new(n, PARTITIONS, TopicReplication::Fixed(1))).collect();
+            names.iter().map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(1))).collect();
         let results = admin.create_topics(&new, &AdminOptions::new()).await.expect("create topics");
         for result in results {
             result.expect("topic created");

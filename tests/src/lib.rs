@@ -9,6 +9,7 @@ pub mod api;
 pub mod cluster;
 pub mod dump;
 pub mod events;
+pub mod faults;
 pub mod fixture;
 pub mod kafka;
 pub mod metrics;

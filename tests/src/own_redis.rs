@@ -4,31 +4,90 @@ use std::process::{Child, Command, Stdio};
 
 use crate::unique;
 
+/// How an own Redis keeps its data across a restart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// An append-only file written before every reply: a restart loses nothing.
+    AofAlways,
+    /// An append-only file written once a second: `kill -9` loses up to a second of writes.
+    AofEverySecond,
+    /// Snapshots only, taken when the test says `SAVE`: a restart goes back to the last one.
+    Snapshots,
+}
+
 /// A redis-server of a test's own, on a free port, that the test may stop and restart.
 pub struct OwnRedis {
     port: u16,
     dir: std::path::PathBuf,
+    persistence: Persistence,
+    cluster: bool,
     child: Option<Child>,
 }
 
 impl OwnRedis {
     pub fn start() -> Self {
+        Self::with(Persistence::AofAlways)
+    }
+
+    pub fn with(persistence: Persistence) -> Self {
+        Self::node(persistence, false)
+    }
+
+    /// A node that can join a Redis Cluster of the test's own ([`OwnCluster`]).
+    fn node(persistence: Persistence, cluster: bool) -> Self {
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let dir = std::env::temp_dir().join(unique("redis"));
         std::fs::create_dir_all(&dir).unwrap();
-        let mut redis = Self { port, dir, child: None };
+        let mut redis = Self { port, dir, persistence, cluster, child: None };
         redis.restart();
         redis
     }
 
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
     pub fn restart(&mut self) {
-        let child = Command::new("redis-server")
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--save", "", "--appendonly", "yes"])
-            .args(["--appendfsync", "always", "--dir", self.dir.to_str().unwrap()])
-            .stdout(Stdio::null())
-            .spawn()
-            .expect("redis-server starts");
+        let persistence: &[&str] = match self.persistence {
+            Persistence::AofAlways => &["--appendonly", "yes", "--appendfsync", "always"],
+            Persistence::AofEverySecond => &["--appendonly", "yes", "--appendfsync", "everysec"],
+            Persistence::Snapshots => &["--appendonly", "no"],
+        };
+        let child =
+            Command::new("redis-server")
+                .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--save", ""])
+                .args(persistence)
+                .args(["--dir", self.dir.to_str().unwrap()])
+                .args(if self.cluster {
+                    &[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        "nodes.conf",
+                        "--cluster-node-timeout",
+                        "5000",
+                    ][..]
+                } else {
+                    &[][..]
+                })
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("redis-server starts");
         self.child = Some(child);
+    }
+
+    /// SIGKILL: whatever Redis had not written to disk is lost.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().unwrap();
+            child.wait().unwrap();
+        }
+    }
+
+    /// Runs `redis-cli` against it.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli").args(["-p", &self.port.to_string()]).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
     /// SIGTERM: Redis flushes its append-only file and exits.
@@ -51,5 +110,46 @@ impl Drop for OwnRedis {
             let _ = child.wait();
         }
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A three-primary Redis Cluster of a test's own, whose primaries the test may flush, stop and restart.
+pub struct OwnCluster {
+    pub nodes: Vec<OwnRedis>,
+}
+
+impl OwnCluster {
+    pub async fn start(persistence: Persistence) -> Self {
+        let nodes: Vec<OwnRedis> = (0..3).map(|_| OwnRedis::node(persistence, true)).collect();
+        for node in &nodes {
+            crate::eventually(std::time::Duration::from_secs(10), "a cluster node to start", || async {
+                (node.cli(&["ping"]) == "PONG").then_some(())
+            })
+            .await;
+        }
+        let addresses: Vec<String> = nodes.iter().map(|n| format!("127.0.0.1:{}", n.port)).collect();
+        let created = Command::new("redis-cli")
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .output()
+            .unwrap();
+        assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stdout));
+        let cluster = Self { nodes };
+        cluster.wait_ok().await;
+        cluster
+    }
+
+    /// Waits until every node says the cluster is ok.
+    pub async fn wait_ok(&self) {
+        crate::eventually(std::time::Duration::from_secs(30), "the cluster to be ok", || async {
+            self.nodes.iter().all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok")).then_some(())
+        })
+        .await;
+    }
+
+    /// The URLs the binaries take with `REDIS_CLUSTER=true`.
+    pub fn urls(&self) -> String {
+        self.nodes.iter().map(OwnRedis::url).collect::<Vec<_>>().join(",")
     }
 }

@@ -1,8 +1,9 @@
 //! The projector's own small HTTP server: Prometheus `/metrics`, `/healthz` and `/readyz`.
 //!
 //! Ready means making progress: a projector that is behind (lag above zero) and has applied nothing for
-//! `stall_after` is not ready, so a stalled projection never looks healthy. A rebuild that is still
-//! catching up says so, and is ready.
+//! `stall_after` is not ready, so a stalled projection never looks healthy; nor is one whose Redis
+//! refuses writes for lack of memory. A rebuild that is still catching up, and a projector projecting
+//! again after Redis lost data, say so, and are ready.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,11 +47,29 @@ async fn readyz(State(health): State<Health>) -> Response {
         let remaining = health.metrics.rebuild_remaining.get();
         return Json(json!({ "status": "rebuilding", "remaining": remaining })).into_response();
     }
+    let redis = &health.metrics.redis;
+    if redis.out_of_memory.get() > 0 {
+        let body = json!({ "status": "redis out of memory", "reason": "Redis refuses writes: raise maxmemory or free memory; writes are retried" });
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     if lag > 0 && idle >= health.stall_after.as_secs_f64() {
         let body = json!({ "status": "stalled", "lag": lag, "secondsSinceProgress": idle });
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
-    Json(json!({ "status": "ready", "lag": lag, "generation": health.metrics.generation.get() })).into_response()
+    if redis.healing.get() > 0 {
+        let body =
+            json!({ "status": "healing", "partitions": redis.healing.get(), "reason": redis.reason(), "lag": lag });
+        return Json(body).into_response();
+    }
+    let metrics = &health.metrics;
+    let body = json!({
+        "status": "ready",
+        "lag": lag,
+        "generation": metrics.generation.get(),
+        "latestEvent": shared::time::format_unix(metrics.latest_event.get()),
+        "caughtUp": metrics.caught_up(),
+    });
+    Json(body).into_response()
 }
 
 /// Starts the server in the background when an address is configured; returns where it listens.

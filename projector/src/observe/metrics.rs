@@ -111,6 +111,10 @@ pub struct Metrics {
     /// Messages consumed and not applied yet: the batch in hand, which stays there while Redis is away
     /// (and while it does, no statistics come in to update the lag gauges).
     pub in_hand: Gauge<i64, AtomicI64>,
+    /// `occurredAt` (Unix time) of the latest event applied: how fresh what this projector wrote is.
+    pub latest_event: Gauge<f64, AtomicU64>,
+    /// The read model's Redis: memory, out of memory, healing after a loss.
+    pub redis: super::redis_health::RedisHealth,
     total_lag: AtomicI64,
 }
 
@@ -153,7 +157,16 @@ impl Metrics {
             "Messages consumed and not applied yet; stays up while a batch waits for Redis",
             in_hand.clone(),
         );
+        let latest_event = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "latest_event_timestamp_seconds",
+            "occurredAt of the latest event applied (how fresh the read model is)",
+            latest_event.clone(),
+        );
+        let redis = super::redis_health::RedisHealth::register(&mut registry);
         Self {
+            latest_event,
+            redis,
             registry,
             topics,
             events,
@@ -197,6 +210,18 @@ impl Metrics {
         self.batch_size.observe(messages as f64);
         self.apply_seconds.observe(seconds);
         self.beat();
+    }
+
+    /// Records that an event of this time was applied.
+    pub fn applied_event_at(&self, occurred_at: f64) {
+        if occurred_at > self.latest_event.get() {
+            self.latest_event.set(occurred_at);
+        }
+    }
+
+    /// Whether this projector has applied everything it reads and is not projecting again after a loss.
+    pub fn caught_up(&self) -> bool {
+        self.total_lag() == 0 && self.redis.healing.get() == 0
     }
 
     /// Records progress now.

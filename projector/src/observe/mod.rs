@@ -3,6 +3,8 @@
 
 mod http;
 mod metrics;
+mod redis_health;
 
 pub use http::{start as serve_http, Health};
 pub use metrics::{now, Counts, Metrics, Outcome, PartitionLabels, Tally};
+pub use redis_health::NodeLabels;

@@ -35,12 +35,14 @@ pub async fn run(config: &Config) -> Result<(), Error> {
     println!("live projectors: {}", instances.len());
     for (id, i) in &instances {
         let paused = if i.paused { ", paused" } else { "" };
+        let caught_up = if i.caught_up { "caught up" } else { "behind" };
         println!(
-            "  {id}: generation {}, group {}, {} partitions{paused}, last progress {:.1}s ago",
+            "  {id}: generation {}, group {}, {} partitions{paused}, last progress {:.1}s ago, {caught_up}, latest event {}",
             i.generation,
             i.group,
             i.partitions,
-            now - i.last_progress
+            now - i.last_progress,
+            shared::time::format_unix(i.latest_event).unwrap_or_else(|| "none".into())
         );
     }
     println!("lag of group {}:", config.group_id);

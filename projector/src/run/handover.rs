@@ -14,6 +14,7 @@ use super::{control, members, Projector};
 use crate::batch::Step;
 use crate::config::Config;
 use crate::source::group_committed;
+use crate::store::position;
 use crate::Error;
 
 /// Pauses the live projectors, catches up with their committed offsets and switches. False when it must
@@ -58,6 +59,9 @@ pub async fn run(
             return Ok(false);
         }
     }
+    // The new generation says how far it applied each partition before anyone reads it.
+    let keys = projector.store.keys().clone();
+    position::record(conn, &keys, &projector.source.positions(), &mut position::Written::new()).await?;
     let _: () = conn.set(Keyspace::active_generation(prefix), generation).await?;
     Ok(true)
 }

@@ -8,10 +8,12 @@ use shared::connection::Connection;
 use tokio::sync::watch;
 
 use super::control::{self, Signals};
+use super::heal::Heal;
 use super::members::{self, Instance};
 use super::Projector;
 use crate::batch::Step;
 use crate::observe::now;
+use crate::store::position;
 use crate::Error;
 
 /// How often a live projector reads the control keys and reports itself.
@@ -20,6 +22,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(250);
 pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -> Result<(), Error> {
     let id = uuid::Uuid::new_v4().to_string();
     let mut conn = projector.conn();
+    let mut heal = Heal::default();
     let mut last_check: Option<Instant> = None;
     loop {
         if last_check.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
@@ -27,6 +30,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
             if !housekeeping(&mut projector, &mut conn, &id, &mut stopped).await? {
                 break;
             }
+            heal.check(&mut projector, &mut conn).await?;
         }
         if projector.step(&mut stopped, CHECK_EVERY).await == Step::Stopped {
             tracing::info!("stopping before the batch in hand was applied; it will be applied again");
@@ -37,6 +41,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
         }
     }
     projector.source.commit_applied();
+    heal.leave(&projector, &mut conn).await;
     let _ = members::leave(&mut conn, &projector.config.key_prefix, &id).await;
     tracing::info!(counts = ?projector.metrics.counts(), "projector stopped");
     Ok(())
@@ -73,7 +78,7 @@ async fn housekeeping(
             if !members.iter().any(|m| m == id) {
                 members.push(id.to_string());
             }
-            if let Err(e) = take_share(projector, id, &members) {
+            if let Err(e) = take_share(projector, conn, id, &members).await {
                 tracing::warn!(error = %e, "could not take this projector's share of the partitions");
             }
         }
@@ -82,12 +87,23 @@ async fn housekeeping(
     Ok(true)
 }
 
-/// Reads the partitions that are this instance's share among the live `members` of its group.
-fn take_share(projector: &mut Projector, id: &str, members: &[String]) -> Result<(), Error> {
+/// Reads the partitions that are this instance's share among the live `members` of its group; one it did
+/// not read yet starts from the position the read model holds.
+async fn take_share(
+    projector: &mut Projector,
+    conn: &mut Connection,
+    id: &str,
+    members: &[String],
+) -> Result<(), Error> {
     let all = projector.source.partitions()?;
     let (count, share) = (all.len(), members::share(id, members, all));
     let taken = share.len();
-    if projector.source.assign(share)? {
+    if share == *projector.source.assigned() {
+        return Ok(());
+    }
+    let new: Vec<_> = share.difference(projector.source.assigned()).cloned().collect();
+    let starts = position::read(conn, projector.store.keys(), &new).await?;
+    if projector.source.assign(share, |p| starts.get(p).copied().flatten())? {
         tracing::info!(
             partitions = taken,
             of = count,
@@ -146,5 +162,7 @@ fn instance(projector: &Projector, paused: bool) -> Instance {
         heartbeat: now(),
         last_progress: projector.metrics.heartbeat.get(),
         partitions: projector.source.assigned_partitions(),
+        latest_event: projector.metrics.latest_event.get(),
+        caught_up: projector.metrics.caught_up(),
     }
 }

@@ -41,6 +41,12 @@ pub struct Instance {
     /// How many partitions the consumer group has assigned to this instance.
     #[serde(default)]
     pub partitions: usize,
+    /// `occurredAt` (Unix time) of the latest event this instance applied; 0 before the first.
+    #[serde(default)]
+    pub latest_event: f64,
+    /// Whether it has applied everything it reads (and is not projecting again after a loss).
+    #[serde(default)]
+    pub caught_up: bool,
 }
 
 /// Reports this instance and reads every live projector (this one included) in one round trip: both

@@ -1,10 +1,13 @@
 //! The long-running modes of the projector: `live` (project as events arrive, follow the active
 //! generation, pause for a rebuild's handover) and `rebuild` (replay everything into a new generation and
-//! switch to it), and how instances coordinate through Redis (`members`, `control`).
+//! switch to it), how instances coordinate through Redis (`members`, `control`), and how a live projector
+//! notices that Redis lost data and projects it again (`loss`, `heal`).
 
 mod control;
 mod handover;
+mod heal;
 mod live;
+mod loss;
 mod members;
 pub mod rebuild;
 
@@ -41,20 +44,30 @@ impl Projector {
         config.validate()?;
         let Some(mut conn) = store::connect(&config, &mut stopped).await else { return Ok(None) };
         store::check_no_eviction(&mut conn).await?;
-        let generation = match config.generation {
-            Some(generation) => generation,
-            None => store::active_generation(&mut conn, &config.key_prefix).await?,
-        };
-        tracing::info!(generation, prefix = %config.key_prefix, group = %config.group_id, "projecting");
         let metrics = Arc::new(Metrics::new(Topic::ALL.map(|t| config.topic_name(t).to_string())));
-        metrics.generation.set(generation as i64);
-        metrics.beat();
-        Ok(Some(Self {
+        let active: Option<u64> =
+            redis::cmd("GET").arg(Keyspace::active_generation(&config.key_prefix)).query_async(&mut conn).await?;
+        let generation = config.generation.or(active).unwrap_or(1);
+        let mut projector = Self {
             source: Source::connect(&config, metrics.clone())?,
-            store: Store::new(conn, Keyspace::new(config.key_prefix.clone(), generation)),
+            store: Store::new(conn.clone(), Keyspace::new(config.key_prefix.clone(), generation)),
             metrics,
             config,
-        }))
+        };
+        if projector.config.generation.is_none() && active.is_none() {
+            // A new read model: incomplete until it has caught up with every partition, and marked so
+            // before the API can find it.
+            let keys = projector.store.keys().clone();
+            heal::mark_lost(&projector, &mut conn, &keys, "a new read model").await?;
+            heal::mark_everything(&mut projector, &mut conn, &keys, "a new read model").await?;
+            let generation = store::active_generation(&mut conn, &projector.config.key_prefix).await?;
+            projector.store.set_generation(generation);
+        }
+        let generation = projector.generation();
+        tracing::info!(generation, prefix = %projector.config.key_prefix, group = %projector.config.group_id, "projecting");
+        projector.metrics.generation.set(generation as i64);
+        projector.metrics.beat();
+        Ok(Some(projector))
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {

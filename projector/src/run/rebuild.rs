@@ -24,7 +24,7 @@ use super::{control, handover, Projector};
 use crate::batch::Step;
 use crate::config::Config;
 use crate::observe::now;
-use crate::store::{self, Digest};
+use crate::store::{self, position, Digest};
 use crate::Error;
 
 /// How the rebuild behaves; see `projector rebuild --help`.
@@ -193,8 +193,12 @@ async fn rebuild(
     build_config.group_id = group;
     build_config.generation = Some(generation);
     let Some(mut projector) = Projector::connect(build_config, stopped.clone()).await? else { return Ok(None) };
-    let everything = projector.source.partitions()?.iter().cloned().collect();
-    projector.source.assign(everything)?;
+    let everything: Vec<_> = projector.source.partitions()?.to_vec();
+    // An interrupted rebuild resumes from what its generation holds.
+    let starts = position::read(conn, projector.store.keys(), &everything).await?;
+    projector.source.assign(everything.into_iter().collect(), |p| starts.get(p).copied().flatten())?;
+    let mut written = position::Written::new();
+    let mut last_recorded = Instant::now();
     let rebuilding = Arc::new(AtomicBool::new(true));
     projector.serve_http(rebuilding.clone()).await;
     let mut last_report = Instant::now();
@@ -204,6 +208,13 @@ async fn rebuild(
         let stepped = projector.step(stopped, Duration::from_millis(200)).await;
         if stepped == Step::Stopped {
             return Ok(None);
+        }
+        if last_recorded.elapsed() >= Duration::from_secs(1) {
+            last_recorded = Instant::now();
+            let keys = projector.store.keys().clone();
+            if let Err(e) = position::record(conn, &keys, &projector.source.positions(), &mut written).await {
+                tracing::warn!(error = %e, "could not record the rebuild's positions");
+            }
         }
         // The exact lag takes a broker round trip per partition: measure it once a second while full
         // batches keep coming, and after every short batch or empty poll, where the end may be near.

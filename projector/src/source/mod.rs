@@ -149,18 +149,72 @@ impl Source {
         Ok(&self.partitions.as_ref().expect("partitions read above").1)
     }
 
-    /// Reads `share` from the group's committed offsets (or the earliest); false when it is what this
-    /// consumer reads already. What was applied is committed first, so that an instance taking a
-    /// partition over starts where this one stopped.
-    pub fn assign(&mut self, share: BTreeSet<Partition>) -> Result<bool, BrokerError> {
+    /// Reads `share`: a partition this consumer reads already goes on from where it is; a new one starts
+    /// at `start(partition)`, the position the read model holds (`None`: from the earliest offset).
+    /// False when the share is what this consumer reads already. What was applied is committed first.
+    pub fn assign(
+        &mut self,
+        share: BTreeSet<Partition>,
+        start: impl Fn(&Partition) -> Option<i64>,
+    ) -> Result<bool, BrokerError> {
         if share == self.assigned {
             return Ok(false);
         }
         self.commit_applied();
         self.applied.retain(|partition, _| share.contains(partition));
-        self.consumer.assign(&offsets::partition_list(share.iter().map(|p| (p, Offset::Stored)))?)?;
+        let new: Vec<Partition> = share.iter().filter(|p| !self.assigned.contains(*p)).cloned().collect();
+        for partition in new {
+            match start(&partition) {
+                Some(offset) => self.applied.insert(partition, offset),
+                None => self.applied.remove(&partition),
+            };
+        }
         self.assigned = share;
+        self.reposition()?;
         Ok(true)
+    }
+
+    /// Reads `partitions` again from the given offsets (`None`: the earliest), the others going on from
+    /// where they are. Messages already taken from the broker and not applied are dropped.
+    pub fn rewind(&mut self, partitions: &HashMap<Partition, Option<i64>>) -> Result<(), BrokerError> {
+        for (partition, start) in partitions {
+            if self.assigned.contains(partition) {
+                match start {
+                    Some(offset) => self.applied.insert(partition.clone(), *offset),
+                    None => self.applied.remove(partition),
+                };
+            }
+        }
+        self.reposition()
+    }
+
+    /// Assigns every partition of the share at its position in `applied`, or at its earliest offset.
+    fn reposition(&mut self) -> Result<(), BrokerError> {
+        let at = |p: &Partition| self.applied.get(p).map_or(Offset::Beginning, |o| Offset::Offset(*o));
+        self.consumer.assign(&offsets::partition_list(self.assigned.iter().map(|p| (p, at(p))))?)?;
+        Ok(())
+    }
+
+    /// Where each assigned partition stands: one past the last message applied, or where reading started
+    /// (a partition read from its earliest offset has none until a message of it is applied).
+    pub fn positions(&self) -> HashMap<Partition, i64> {
+        self.applied.iter().filter(|(p, _)| self.assigned.contains(*p)).map(|(p, o)| (p.clone(), *o)).collect()
+    }
+
+    /// The partitions this consumer reads.
+    pub fn assigned(&self) -> &BTreeSet<Partition> {
+        &self.assigned
+    }
+
+    /// The end (high watermark) of each of `partitions`, asked of the broker all at once.
+    pub fn ends(&self, partitions: &[Partition]) -> Result<Vec<i64>, BrokerError> {
+        let ask = |p: &Partition| self.consumer.fetch_watermarks(&p.topic, p.partition, Duration::from_secs(10));
+        tokio::task::block_in_place(|| {
+            std::thread::scope(|scope| {
+                let asked: Vec<_> = partitions.iter().map(|p| scope.spawn(move || ask(p))).collect();
+                asked.into_iter().map(|a| Ok(a.join().expect("watermark thread")?.1)).collect()
+            })
+        })
     }
 
     /// How many partitions this consumer reads now.

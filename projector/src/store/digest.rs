@@ -1,6 +1,7 @@
 //! A canonical digest of one generation of the read model: order-independent (an XOR of one SHA-256 per
 //! key) over every document, index and state, so two generations built from the same events digest alike
-//! whatever order they were written in. The generation's own `meta` key is left out.
+//! whatever order they were written in. The projector's bookkeeping (the generation's meta, positions and
+//! healing entries) is left out.
 
 use redis::{Cmd, RedisResult};
 use sha2::{Digest as _, Sha256};
@@ -29,8 +30,8 @@ impl Digest {
 }
 
 async fn compute(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Digest> {
-    let meta = keys.meta();
-    let names: Vec<String> = generation_keys(conn, keys).await?.into_iter().filter(|k| *k != meta).collect();
+    let names: Vec<String> =
+        generation_keys(conn, keys).await?.into_iter().filter(|k| !keys.is_bookkeeping(k)).collect();
     let strip = keys.pattern().len() - 1;
     let mut acc = [0u8; 32];
     let mut count = 0;

@@ -10,6 +10,7 @@
 
 mod digest;
 mod generation;
+pub mod position;
 mod write;
 
 use redis::{Cmd, Value};
@@ -38,6 +39,28 @@ pub enum StoreError {
     CorruptState { key: String, reason: String },
     #[error("aggregate {0} kept changing under the projector")]
     Contended(String),
+}
+
+impl StoreError {
+    /// Whether trying again cannot help: the events are at fault (a key of the wrong type, keys in two
+    /// slots, a script error, a state that does not read), not Redis being away, busy or full.
+    pub fn is_permanent(&self) -> bool {
+        match self {
+            // Read from the text: in a pipeline the server's error is nested in the client's.
+            StoreError::Redis(e) => {
+                let text = e.to_string();
+                ["WRONGTYPE", "CROSSSLOT", "@user_script", "Error running script"].iter().any(|s| text.contains(s))
+            }
+            StoreError::Reply(_) | StoreError::Script(_) | StoreError::CorruptState { .. } => true,
+            StoreError::Contended(_) => false,
+        }
+    }
+
+    /// Whether Redis refused the write for lack of memory.
+    pub fn is_out_of_memory(&self) -> bool {
+        // In a pipeline the server's error is nested in the client's: `"OOM": command not allowed ...`.
+        matches!(self, StoreError::Redis(e) if e.code() == Some("OOM") || ["OOM command", "\"OOM\""].iter().any(|s| e.to_string().contains(s)))
+    }
 }
 
 /// The events of one aggregate within a batch, in arrival order.

@@ -113,10 +113,15 @@ pub async fn build(config: Config, total: u64, timeout: Duration) {
 
 /// Waits until the projectors together consumed at least `total` messages, or fails the test after
 /// `timeout`.
+/// have also ended its healing entries, a moment later.
 pub async fn wait_until_consumed(projectors: &[&Running], total: u64, timeout: Duration) {
-    let what = format!("{total} messages consumed");
+    let what = format!("{total} messages consumed and the read model complete");
     eventually(timeout, &what, || async {
-        (projectors.iter().map(|running| running.consumed()).sum::<u64>() >= total).then_some(())
+        let healing = projectors
+            .iter()
+            .map(|running| crate::metrics::sample(&running.metrics_text(), "projector_healing_partitions", &[]))
+            .sum::<f64>();
+        (projectors.iter().map(|running| running.consumed()).sum::<u64>() >= total && healing == 0.0).then_some(())
     })
     .await
 }
@@ -145,6 +150,11 @@ impl Running {
     /// The projector's totals by outcome.
     pub fn counts(&self) -> Counts {
         self.metrics.counts()
+    }
+
+    /// Its Prometheus exposition, as `/metrics` serves it.
+    pub fn metrics_text(&self) -> String {
+        self.metrics.render()
     }
 
     pub fn snapshot(&self) -> Snapshot {

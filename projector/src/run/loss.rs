@@ -1,0 +1,109 @@
+//! Noticing that the read model's Redis lost data, from what every primary says of itself: a primary
+//! that restarted (its `run_id` changed), was replaced (a failover: a primary gone and another new) or was flushed (`FLUSHALL`/`FLUSHDB`
+//! counted in its command statistics) may hold less than the projector applied to it. What it still holds
+//! is told by its positions ([`crate::store::position`]); the projector reads again from there.
+
+use std::collections::HashMap;
+
+/// What one primary says of itself in `INFO server memory commandstats`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeInfo {
+    pub run_id: String,
+    /// `FLUSHALL` and `FLUSHDB` calls since it started.
+    pub flushes: u64,
+    pub used_memory: i64,
+    pub maxmemory: i64,
+}
+
+impl NodeInfo {
+    pub fn parse(info: &str) -> Self {
+        let mut node = NodeInfo::default();
+        for line in info.lines() {
+            let Some((name, value)) = line.trim_end().split_once(':') else { continue };
+            match name {
+                "run_id" => node.run_id = value.to_string(),
+                "used_memory" => node.used_memory = value.parse().unwrap_or(0),
+                "maxmemory" => node.maxmemory = value.parse().unwrap_or(0),
+                "cmdstat_flushall" | "cmdstat_flushdb" => node.flushes += calls(value),
+                _ => {}
+            }
+        }
+        node
+    }
+}
+
+/// `calls=N` of a `cmdstat_*` line.
+fn calls(stats: &str) -> u64 {
+    stats.split(',').find_map(|kv| kv.strip_prefix("calls=")?.parse().ok()).unwrap_or(0)
+}
+
+/// What the primaries said last time, by address.
+#[derive(Debug, Default)]
+pub struct Seen(HashMap<String, NodeInfo>);
+
+impl Seen {
+    /// Compares what the primaries say now with what they said last time; returns one line per loss, with
+    /// an id that every projector derives alike from the same facts (so that they answer it once).
+    pub fn compare(&mut self, now: HashMap<String, NodeInfo>) -> Vec<String> {
+        let mut losses = Vec::new();
+        if !self.0.is_empty() {
+            let before: HashMap<&str, &NodeInfo> = self.0.values().map(|n| (n.run_id.as_str(), n)).collect();
+            for (address, node) in &now {
+                match before.get(node.run_id.as_str()) {
+                    // The same process: lost data only if it was flushed since.
+                    Some(old) if node.flushes > old.flushes => {
+                        losses.push(format!("flush of {address} ({} {})", node.run_id, node.flushes))
+                    }
+                    Some(_) => {}
+                    // A process never seen at this address: restarted, or a replica promoted in its place.
+                    None if self.0.contains_key(address) => {
+                        losses.push(format!("restart of {address} ({})", node.run_id))
+                    }
+                    // A primary new to the cluster holds only what was moved to it, unless another one
+                    // went away meanwhile: then it may be a replica promoted without the last writes.
+                    None if self.0.keys().any(|gone| !now.contains_key(gone)) => {
+                        losses.push(format!("failover to {address} ({})", node.run_id))
+                    }
+                    None => {}
+                }
+            }
+        }
+        self.0 = now;
+        losses
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(run_id: &str, flushes: u64) -> NodeInfo {
+        NodeInfo { run_id: run_id.into(), flushes, ..Default::default() }
+    }
+
+    #[test]
+    fn info_is_read_for_run_id_memory_and_flushes() {
+        let info = "# Server\r\nrun_id:abc\r\n# Memory\r\nused_memory:1024\r\nmaxmemory:0\r\n# Commandstats\r\n\
+                    cmdstat_flushall:calls=2,usec=10,usec_per_call=5.00\r\ncmdstat_flushdb:calls=1,usec=1\r\n";
+        assert_eq!(
+            NodeInfo::parse(info),
+            NodeInfo { run_id: "abc".into(), flushes: 3, used_memory: 1024, maxmemory: 0 }
+        );
+    }
+
+    #[test]
+    fn a_restart_a_flush_or_a_failover_is_a_loss_and_a_new_primary_is_not() {
+        let mut seen = Seen::default();
+        assert!(seen.compare(HashMap::from([("a".into(), node("1", 0))])).is_empty(), "the first look is the baseline");
+        assert!(seen.compare(HashMap::from([("a".into(), node("1", 0))])).is_empty());
+        let flushed = seen.compare(HashMap::from([("a".into(), node("1", 1))]));
+        assert_eq!(flushed, ["flush of a (1 1)"]);
+        let restarted = seen.compare(HashMap::from([("a".into(), node("2", 0))]));
+        assert_eq!(restarted, ["restart of a (2)"]);
+        let grown = seen.compare(HashMap::from([("a".into(), node("2", 0)), ("b".into(), node("3", 0))]));
+        assert!(grown.is_empty(), "{grown:?}");
+        // After a failover the promoted replica answers at its own address, and the old one is gone.
+        let failed_over = seen.compare(HashMap::from([("a".into(), node("2", 0)), ("c".into(), node("4", 0))]));
+        assert_eq!(failed_over, ["failover to c (4)"], "a replica promoted may lack the last writes");
+    }
+}

@@ -1,0 +1,218 @@
+//! Where the read model itself says it stands: per partition, one past the last offset applied, kept on
+//! every primary next to the data it describes, so that it is lost or rolled back exactly with that data.
+//! A partition is read again from the lowest position any primary holds (from the earliest offset when a
+//! primary holds none), and every write checks the aggregate's sequence, so reading again is harmless.
+//!
+//! Also the generation's healing entries: the partitions being projected again after a loss, each with
+//! the offset to reach and the id of the loss; while any is left, the API answers 503.
+
+use std::collections::HashMap;
+
+use redis::{Cmd, Script, Value};
+use shared::connection::{Connection, Node};
+use shared::keys::position_tag;
+use shared::Keyspace;
+
+use crate::source::Partition;
+
+/// Writes positions on one primary: never lowers one, and refuses (returning the partitions) where the
+/// stored position is absent or below what this projector wrote there last: the primary lost data.
+const RECORD: &str = r"
+-- KEYS[1] the primary's position hash; ARGV: partition, position, expected (empty: none), repeated
+local lost = {}
+for i = 1, #ARGV, 3 do
+  local current = redis.call('HGET', KEYS[1], ARGV[i])
+  local expected = ARGV[i + 2]
+  if expected ~= '' and (not current or tonumber(current) < tonumber(expected)) then
+    table.insert(lost, ARGV[i])
+  elseif not current or tonumber(current) < tonumber(ARGV[i + 1]) then
+    redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+  end
+end
+return lost
+";
+
+/// Deletes a healing entry only if it is still the one the caller saw.
+const CLEAR: &str = r"
+if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL', KEYS[1], ARGV[1]) end
+return 0
+";
+
+/// The key holding the positions on `node`.
+pub fn key_on(keys: &Keyspace, node: &Node) -> String {
+    keys.position(&position_tag(&node.slots).unwrap_or_else(|| "position-0".into()))
+}
+
+/// Per partition of `partitions`, the position the read model holds: the lowest over every primary, or
+/// `None` when some primary holds none (it lost its data, or nothing was applied yet).
+pub async fn read(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    partitions: &[Partition],
+) -> redis::RedisResult<HashMap<Partition, Option<i64>>> {
+    let mut lowest: HashMap<Partition, Option<i64>> = partitions.iter().map(|p| (p.clone(), Some(i64::MAX))).collect();
+    if partitions.is_empty() {
+        return Ok(lowest);
+    }
+    for node in conn.nodes().await? {
+        let mut get = redis::cmd("HMGET");
+        get.arg(key_on(keys, &node));
+        for p in partitions {
+            get.arg(p.to_string());
+        }
+        let values: Vec<Option<i64>> = redis::from_redis_value(conn.query_all(&[get]).await?.remove(0))?;
+        for (p, value) in partitions.iter().zip(values) {
+            let entry = lowest.get_mut(p).expect("every partition has an entry");
+            *entry = match (*entry, value) {
+                (Some(low), Some(v)) => Some(low.min(v)),
+                _ => None,
+            };
+        }
+    }
+    Ok(lowest)
+}
+
+/// What a projector last wrote, per position key and partition: what the next write expects to find.
+pub type Written = HashMap<String, HashMap<Partition, i64>>;
+
+/// Records `applied` on every primary. Returns the partitions some primary lost (nothing is written for
+/// them there); `written` is updated with what was written.
+pub async fn record(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    applied: &HashMap<Partition, i64>,
+    written: &mut Written,
+) -> redis::RedisResult<Vec<Partition>> {
+    if applied.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut lost = Vec::new();
+    let script = Script::new(RECORD);
+    for node in conn.nodes().await? {
+        let key = key_on(keys, &node);
+        let expected = written.entry(key.clone()).or_default();
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&key);
+        for (p, position) in applied {
+            let last = expected.get(p).map(i64::to_string).unwrap_or_default();
+            invocation.arg(p.to_string()).arg(position).arg(last);
+        }
+        let refused: Vec<String> = invocation.invoke_async(conn).await?;
+        for (p, position) in applied {
+            if refused.iter().any(|r| *r == p.to_string()) {
+                lost.push(p.clone());
+            } else {
+                let entry = expected.entry(p.clone()).or_insert(*position);
+                *entry = (*entry).max(*position);
+            }
+        }
+    }
+    lost.sort();
+    lost.dedup();
+    Ok(lost)
+}
+
+/// A partition being projected again: the offset to reach, and which loss it answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Healing {
+    pub target: i64,
+    pub loss: String,
+}
+
+impl Healing {
+    fn encode(&self) -> String {
+        format!("{} {}", self.target, self.loss)
+    }
+
+    fn decode(value: &str) -> Option<Self> {
+        let (target, loss) = value.split_once(' ')?;
+        Some(Self { target: target.parse().ok()?, loss: loss.to_string() })
+    }
+}
+
+/// The healing entry of the whole generation, written the moment a loss is known.
+const WHOLE: &str = "*";
+
+/// Marks the whole generation as incomplete (see [`crate::run`]'s healing): the API answers 503 from now.
+pub async fn mark_incomplete(conn: &mut Connection, keys: &Keyspace, loss: &str) -> redis::RedisResult<()> {
+    let mut set = redis::cmd("HSET");
+    set.arg(keys.healing()).arg(WHOLE).arg(loss);
+    conn.query_all(&[set]).await?;
+    Ok(())
+}
+
+/// Ends the entry of the whole generation, once every partition has an entry of its own.
+pub async fn end_incomplete(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<()> {
+    let mut del = redis::cmd("HDEL");
+    del.arg(keys.healing()).arg(WHOLE);
+    conn.query_all(&[del]).await?;
+    Ok(())
+}
+
+/// Marks `entries` as being projected again (replacing older entries of the same partitions).
+pub async fn mark_healing(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    entries: &HashMap<Partition, Healing>,
+) -> redis::RedisResult<()> {
+    if entries.is_empty() {
+        return Ok(());
+    }
+    let mut set = redis::cmd("HSET");
+    set.arg(keys.healing());
+    for (p, healing) in entries {
+        set.arg(p.to_string()).arg(healing.encode());
+    }
+    conn.query_all(&[set]).await?;
+    Ok(())
+}
+
+/// The generation's healing entries.
+pub async fn healing(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<HashMap<Partition, Healing>> {
+    let mut all = redis::cmd("HGETALL");
+    all.arg(keys.healing());
+    let entries: HashMap<String, String> = redis::from_redis_value(conn.query_all(&[all]).await?.remove(0))?;
+    Ok(entries
+        .into_iter()
+        .filter_map(|(field, value)| {
+            let (topic, partition) = field.rsplit_once('/')?;
+            Some((Partition::new(topic, partition.parse().ok()?), Healing::decode(&value)?))
+        })
+        .collect())
+}
+
+/// Ends a healing entry, unless another loss replaced it meanwhile.
+pub async fn clear_healing(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    partition: &Partition,
+    entry: &Healing,
+) -> redis::RedisResult<()> {
+    let cleared: Value = Script::new(CLEAR)
+        .key(keys.healing())
+        .arg(partition.to_string())
+        .arg(entry.encode())
+        .invoke_async(conn)
+        .await?;
+    tracing::debug!(%partition, ?cleared, "healing entry reached");
+    Ok(())
+}
+
+/// One command of `INFO`'s sections that loss detection and the memory gauges read.
+pub fn info() -> Cmd {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("server").arg("memory").arg("commandstats");
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_healing_entry_reads_back_as_written() {
+        let entry = Healing { target: 1234, loss: "restart of 127.0.0.1:7000".into() };
+        assert_eq!(Healing::decode(&entry.encode()), Some(entry));
+        assert_eq!(Healing::decode("x y"), None);
+    }
+}

@@ -1,0 +1,178 @@
+//! What a test of Redis faults needs: a projector and an API on a Redis (or cluster) of the test's own, a
+//! prober that keeps asking the API for every organization's studies with every valid key and writes down
+//! every answer, and the checks that the read model healed and no answer was wrong once the loss was known.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shared::connection::{Connection, Settings, Target};
+use shared::Keyspace;
+
+use crate::api::{self, TestApp};
+use crate::events::sha256_hex;
+use crate::kafka::Topics;
+use crate::metrics::sample;
+use crate::runner::{self, Running};
+use crate::scenario::Scenario;
+use crate::{eventually, unique};
+
+/// A projector and an API of the test's own on a Redis of its own.
+pub struct Healing {
+    pub projector: Running,
+    pub app: TestApp,
+    pub conn: Connection,
+    prefix: String,
+}
+
+impl Healing {
+    /// Starts both on `redis_url` (the nodes of a cluster when `cluster`).
+    pub async fn start(topics: &Topics, redis_url: &str, cluster: bool) -> Self {
+        let prefix = unique("heal");
+        let mut config = runner::config(topics, &prefix, &unique("g"));
+        config.redis_url = redis_url.to_string();
+        config.redis_cluster = cluster;
+        config.redis_timeout_ms = 1000;
+        let projector = eventually(Duration::from_secs(20), "the projector to connect", || {
+            let config = config.clone();
+            async move { Some(runner::spawn(config).await) }
+        })
+        .await;
+        let mut api = api::config(&prefix, redis_url);
+        api.redis_cluster = cluster;
+        let app = api::spawn_app(api).await;
+        let target = Target::new(redis_url, cluster);
+        let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
+        let conn = Connection::connect(&target, settings).await.expect("own redis reachable");
+        Self { projector, app, conn, prefix }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Waits until the API is ready (the read model complete) after `total` messages were consumed.
+    pub async fn wait_ready(&self, total: u64, timeout: Duration) {
+        self.projector.wait_until_consumed(total, timeout).await;
+        eventually(timeout, "the API to be ready", || async {
+            (self.app.admin_get("/readyz").await.status() == 200).then_some(())
+        })
+        .await;
+    }
+
+    /// Losses of data the projector detected so far.
+    pub fn losses(&self) -> f64 {
+        sample(&self.projector.metrics_text(), "projector_redis_losses_total", &[])
+    }
+
+    /// Waits until the projector detected a loss; returns when it did, as close as polling tells.
+    pub async fn wait_detected(&self, within: Duration) -> Instant {
+        let before = Instant::now();
+        eventually(within, "the projector to detect the loss", || async { (self.losses() >= 1.0).then_some(()) }).await;
+        let detected = Instant::now();
+        println!("loss detected {:?} after the fault", detected - before);
+        detected
+    }
+
+    /// Waits until the active generation digests like `reference` and the API is ready again.
+    pub async fn wait_converged(&mut self, reference: &str, timeout: Duration) -> Duration {
+        let started = Instant::now();
+        eventually(timeout, "the read model to converge", || async {
+            let mut conn = self.conn.clone();
+            let generation: Option<u64> = redis::cmd("GET")
+                .arg(Keyspace::active_generation(&self.prefix))
+                .query_async(&mut conn)
+                .await
+                .ok()
+                .flatten();
+            let keys = Keyspace::new(self.prefix.clone(), generation?);
+            let digest = runner::digest_of(&mut conn, &keys).await.ok()?;
+            let readyz = self.app.admin_get("/readyz").await;
+            let ready = readyz.status() == 200;
+            let converged = digest.to_string() == reference;
+            if !ready || !converged {
+                let why = readyz.text().await.unwrap_or_default();
+                eprintln!("not converged yet: generation {generation:?}, {digest} (want {reference}), api {why}");
+            }
+            (converged && ready).then_some(())
+        })
+        .await;
+        let took = started.elapsed();
+        println!("converged {took:?} after the detection");
+        took
+    }
+}
+
+/// One answer of the API to the prober.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    pub at: Instant,
+    pub org: String,
+    pub status: u16,
+    pub total: Option<u64>,
+    pub expected: u64,
+}
+
+impl Probe {
+    /// A valid key refused, or a list shorter than the organization's.
+    pub fn is_wrong(&self) -> bool {
+        self.status == 401 || (self.status == 200 && self.total.is_some_and(|t| t < self.expected))
+    }
+}
+
+/// Asks the API for every organization's studies with one valid key each, again and again.
+pub struct Prober {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<Probe>>,
+}
+
+impl Prober {
+    pub fn start(app: &TestApp, scenario: &Scenario) -> Self {
+        let mut targets = Vec::new();
+        for org in scenario.organizations() {
+            let expected = scenario.expected(&org);
+            let secret =
+                (0..3).map(|k| format!("{org}-secret{k}")).find(|s| expected.live_keys.contains(&sha256_hex(s)));
+            if let Some(secret) = secret {
+                targets.push((org, secret, expected.studies.len() as u64));
+            }
+        }
+        assert!(!targets.is_empty(), "the scenario has organizations with a live key");
+        let (address, client) = (app.address.clone(), app.client.clone());
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut probes = Vec::new();
+            while !stopping.load(Ordering::Relaxed) {
+                for (org, secret, expected) in &targets {
+                    let url = format!("{address}/v1/studies?pageSize=1");
+                    let Ok(response) = client.get(url).bearer_auth(secret).send().await else { continue };
+                    let status = response.status().as_u16();
+                    let body: serde_json::Value = response.json().await.unwrap_or_default();
+                    let total = body["total"].as_u64();
+                    probes.push(Probe { at: Instant::now(), org: org.clone(), status, total, expected: *expected });
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            probes
+        });
+        Self { stop, task }
+    }
+
+    pub async fn finish(self) -> Vec<Probe> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("prober")
+    }
+}
+
+/// Asserts that no answer given from `after` on was wrong, and that the API did say it was not ready
+/// meanwhile (the heal was seen, not missed).
+pub fn assert_no_wrong_answer_after(probes: &[Probe], after: Instant) {
+    let later: Vec<&Probe> = probes.iter().filter(|p| p.at >= after).collect();
+    let wrong: Vec<&&Probe> = later.iter().filter(|p| p.is_wrong()).collect();
+    assert!(wrong.is_empty(), "{} wrong answers after the loss was detected, first: {:?}", wrong.len(), wrong[0]);
+    assert!(later.iter().any(|p| p.status == 503), "the API said 503 while the read model healed");
+    assert!(later.iter().any(|p| p.status == 200), "the API answered again once healed");
+    let before = probes.iter().filter(|p| p.at < after && p.is_wrong()).count();
+    println!("{} answers after the detection, none wrong; {before} wrong before it", later.len());
+}

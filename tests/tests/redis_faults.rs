@@ -1,0 +1,207 @@
+//! The read model heals itself when Redis loses data: for each fault, a projector and an API on a Redis
+//! of the test's own, a generated stream with duplicates, and a prober asking for every organization's
+//! studies throughout. Each test ends with the active generation digesting like a from-scratch build, and
+//! no valid key refused and no short list answered 200 once the loss was detected.
+
+use std::time::{Duration, Instant};
+
+use end_to_end::faults::{assert_no_wrong_answer_after, Healing, Prober};
+use end_to_end::kafka::{self, Topics};
+use end_to_end::own_redis::{OwnCluster, OwnRedis, Persistence};
+use end_to_end::runner;
+use end_to_end::scenario::Scenario;
+
+/// How long the API may go on answering from a lost read model after the projector detected the loss:
+/// its next reading of the generation's condition (every 100 ms in the tests), and the polling.
+const GRACE: Duration = Duration::from_millis(300);
+const DETECTION: Duration = Duration::from_secs(5);
+const CONVERGENCE: Duration = Duration::from_secs(120);
+
+/// The reference digest of `scenario`, built from scratch on the stack's Redis.
+async fn reference(topics: &Topics, scenario: &Scenario) -> String {
+    let keys = runner::build_from_scratch(topics, scenario.messages.len() as u64).await;
+    runner::digest(&keys).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_flushall_the_read_model_is_projected_again_and_no_valid_key_is_refused() {
+    let redis = OwnRedis::with(Persistence::AofAlways);
+    let scenario = Scenario::generate(0x5eed_1101, 3, 10, 4);
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let mut world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+
+    let prober = Prober::start(&world.app, &scenario);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+    let detected = world.wait_detected(DETECTION).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restarted_from_an_older_snapshot_gets_the_events_it_lost_again() {
+    let mut redis = OwnRedis::with(Persistence::Snapshots);
+    let scenario = Scenario::generate(0x5eed_1102, 8, 15, 6);
+    let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 3);
+    assert!(rest.len() > 2000, "a few thousand events after the snapshot: {}", rest.len());
+    let topics = Topics::holding(first).await;
+    let mut world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(first.len() as u64, Duration::from_secs(60)).await;
+    assert_eq!(redis.cli(&["SAVE"]), "OK");
+
+    kafka::publish(&kafka::producer(), &topics, rest).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let expected = reference(&topics, &scenario).await;
+    let prober = Prober::start(&world.app, &scenario);
+    redis.kill();
+    redis.restart();
+    let detected = world.wait_detected(DETECTION).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_during_a_heavy_replay_with_appendfsync_everysec_ends_complete() {
+    let mut redis = OwnRedis::with(Persistence::AofEverySecond);
+    let scenario = Scenario::generate(0x5eed_1103, 8, 20, 6);
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let world = Healing::start(&topics, &redis.url(), false).await;
+    let total = scenario.messages.len() as u64;
+    end_to_end::eventually(Duration::from_secs(60), "a tenth of the replay", || async {
+        (world.projector.consumed() >= total / 10).then_some(())
+    })
+    .await;
+    assert!(world.projector.consumed() < total, "killed during the replay");
+    let prober = Prober::start(&world.app, &scenario);
+    redis.kill();
+    redis.restart();
+    let mut world = world;
+    let detected = world.wait_detected(DETECTION).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    // A new read model is incomplete until its first catch-up, so not one answer was wrong, not even
+    // before the kill was detected: the healing entries of the new read model survived it.
+    let probes = prober.finish().await;
+    let wrong: Vec<_> = probes.iter().filter(|p| p.is_wrong()).collect();
+    assert!(wrong.is_empty(), "{} wrong answers, first {:?}", wrong.len(), wrong.first());
+    assert_no_wrong_answer_after(&probes, detected + GRACE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_one_flushed_primary_and_one_rolled_back_primary_are_both_healed() {
+    let mut cluster = OwnCluster::start(Persistence::Snapshots).await;
+    let scenario = Scenario::generate(0x5eed_1104, 9, 8, 4);
+    let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 2);
+    let topics = Topics::holding(first).await;
+    let mut world = Healing::start(&topics, &cluster.urls(), true).await;
+    world.wait_ready(first.len() as u64, Duration::from_secs(60)).await;
+    assert_eq!(cluster.nodes[1].cli(&["SAVE"]), "OK");
+    kafka::publish(&kafka::producer(), &topics, rest).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let expected = reference(&topics, &scenario).await;
+    let prober = Prober::start(&world.app, &scenario);
+
+    // One primary flushed.
+    assert_eq!(cluster.nodes[0].cli(&["FLUSHALL"]), "OK");
+    let detected = world.wait_detected(DETECTION).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+
+    // Another restarted from its older snapshot.
+    let losses = world.losses();
+    cluster.nodes[1].kill();
+    cluster.nodes[1].restart();
+    cluster.wait_ok().await;
+    let started = Instant::now();
+    end_to_end::eventually(DETECTION * 2, "the rollback to be detected", || async {
+        (world.losses() > losses).then_some(())
+    })
+    .await;
+    let detected_again = Instant::now();
+    println!("rollback detected {:?} after the restart", detected_again - started);
+    world.wait_converged(&expected, CONVERGENCE).await;
+    let probes = prober.finish().await;
+    let (first, second): (Vec<_>, Vec<_>) = probes.into_iter().partition(|p| p.at < started);
+    assert_no_wrong_answer_after(&first, detected + GRACE);
+    assert_no_wrong_answer_after(&second, detected_again + GRACE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_redis_refuses_for_good_are_dead_lettered_and_their_partition_goes_on() {
+    use end_to_end::events::event;
+    use serde_json::json;
+    use shared::{Keyspace, Topic};
+
+    let at = "2026-05-01T10:00:00Z";
+    let study = |org: &str, seq, kind, data| event(Topic::Study, org, &format!("{org}-s"), seq, kind, at, data);
+    let (bad, good) = (end_to_end::unique("wrongtype"), end_to_end::unique("fine"));
+    let mut messages = Vec::new();
+    for org in [&bad, &good] {
+        messages.push(study(org, 1, "study.created", json!({"internalTitle": "T"})));
+        messages.push(study(org, 2, "study.launched", json!({})));
+        messages.push(study(org, 3, "study.completed", json!({"completedAt": at})));
+    }
+    // One partition, so that the refused aggregate stands before the good one in it.
+    let topics = Topics::with_partitions(1).await;
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let prefix = end_to_end::unique("rm");
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let mut conn = end_to_end::redis().await;
+    // A key of the wrong type where the completed studies of `bad` go: every write of it fails.
+    let _: () = redis::cmd("SET").arg(keys.studies(&bad)).arg("not a sorted set").query_async(&mut conn).await.unwrap();
+
+    let running = runner::spawn(runner::config(&topics, &prefix, &end_to_end::unique("g"))).await;
+    running.wait_until_consumed(6, Duration::from_secs(60)).await;
+    assert_eq!(running.snapshot().dead_lettered, 3, "{:?}", running.snapshot());
+    let letters = kafka::read(&format!("{}.dlq", topics.study), 3, Duration::from_secs(30)).await;
+    assert_eq!(letters.len(), 3);
+    for letter in &letters {
+        let reason = letter.header("dlq-reason").unwrap_or_default();
+        assert!(reason.contains("WRONGTYPE"), "{reason}");
+    }
+    let score: Option<f64> =
+        redis::cmd("ZSCORE").arg(keys.studies(&good)).arg(format!("{good}-s")).query_async(&mut conn).await.unwrap();
+    assert!(score.is_some(), "the partition went on past the refused aggregate");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_redis_is_reported_by_readiness_and_gauges_and_writes_resume_once_it_has_room() {
+    let redis = OwnRedis::with(Persistence::AofAlways);
+    let scenario = Scenario::generate(0x5eed_1105, 2, 4, 3);
+    let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 2);
+    let topics = Topics::holding(first).await;
+    let mut config = runner::config(&topics, &end_to_end::unique("rm"), &end_to_end::unique("g"));
+    config.redis_url = redis.url();
+    config.redis_cluster = false;
+    config.http_addr = "127.0.0.1:0".parse().unwrap();
+    let running = runner::spawn(config).await;
+    running.wait_until_consumed(first.len() as u64, Duration::from_secs(60)).await;
+    let base = format!("http://{}", running.http.expect("an HTTP server"));
+    let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap();
+    let used = end_to_end::metrics::sample(&metrics, "projector_redis_memory_used_bytes", &["node=\"redis\""]);
+    assert!(used > 100_000.0, "memory used is reported: {used}");
+
+    // No room: Redis refuses every write with OOM.
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "1"]), "OK");
+    kafka::publish(&kafka::producer(), &topics, rest).await;
+    let body = end_to_end::eventually(Duration::from_secs(30), "readiness to say Redis is full", || async {
+        let response = reqwest::get(format!("{base}/readyz")).await.unwrap();
+        (response.status() == 503).then_some(())?;
+        Some(response.text().await.unwrap()).filter(|b| b.contains("out of memory"))
+    })
+    .await;
+    println!("{body}");
+    let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap();
+    assert_eq!(end_to_end::metrics::sample(&metrics, "projector_redis_out_of_memory", &[]), 1.0);
+    assert_eq!(end_to_end::metrics::sample(&metrics, "projector_redis_memory_max_bytes", &["node=\"redis\""]), 1.0);
+
+    // Room again: the writes that were refused are applied, nothing is lost.
+    assert_eq!(redis.cli(&["CONFIG", "SET", "maxmemory", "0"]), "OK");
+    running.wait_until_consumed(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap();
+    assert_eq!(end_to_end::metrics::sample(&metrics, "projector_redis_out_of_memory", &[]), 0.0);
+    assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 200);
+    running.stop().await;
+}
