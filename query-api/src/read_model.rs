@@ -30,21 +30,34 @@ if #ids == 0 then return {total, {}} end
 return {total, redis.call('HMGET', KEYS[2], unpack(ids))}
 ";
 
-/// A page of a completed study's interviews with their transcripts, and their total.
+/// A page of a completed study's interviews with their transcripts, and their total. The transcripts'
+/// keys are known only once the page's ids are: they are the prefix ARGV[4] and the id, in the slot of
+/// the declared keys (the organization's), so the script may read them on a Redis Cluster too. While that
+/// slot moves between primaries, they are read in one MGET with a declared key that this node holds, so
+/// that Redis refuses the read when one of them is elsewhere (or absent, which it cannot tell apart), and
+/// the script answers MOVING instead of a page with a transcript missing: the page is then read one key
+/// at a time, each read following the slot wherever its key is (see [`ReadModel::interviews`]).
 pub const INTERVIEWS_PAGE: &str = r"
--- KEYS[1] completed studies, KEYS[2] the study's visible interviews, KEYS[3] interview documents,
--- KEYS[4] transcripts; ARGV[1] study id, ARGV[2] start, ARGV[3] stop. Nil when the study is not completed.
+-- KEYS[1] completed studies, KEYS[2] the study's visible interviews, KEYS[3] interview documents;
+-- ARGV[1] study id, ARGV[2] start, ARGV[3] stop, ARGV[4] the prefix of the organization's transcript keys.
+-- Nil when the study is not completed.
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return false end
 local total = redis.call('ZCARD', KEYS[2])
 local ids = redis.call('ZREVRANGE', KEYS[2], ARGV[2], ARGV[3])
 if #ids == 0 then return {total, {}, {}} end
-return {total, redis.call('HMGET', KEYS[3], unpack(ids)), redis.call('HMGET', KEYS[4], unpack(ids))}
+local keys = {KEYS[3]}
+for i, id in ipairs(ids) do keys[i + 1] = ARGV[4] .. id end
+local transcripts = redis.pcall('MGET', unpack(keys))
+if transcripts.err then return redis.error_reply('MOVING the page is moving between cluster nodes') end
+-- MGET answers nil for KEYS[3], a hash.
+table.remove(transcripts, 1)
+return {total, redis.call('HMGET', KEYS[3], unpack(ids)), transcripts}
 ";
 
 /// One interview's document and transcript.
 pub const ONE_INTERVIEW: &str = r"
--- KEYS[1] interview documents, KEYS[2] transcripts; ARGV[1] interview id
-return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('HGET', KEYS[2], ARGV[1])}
+-- KEYS[1] interview documents, KEYS[2] the interview's transcript; ARGV[1] interview id
+return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('GET', KEYS[2])}
 ";
 
 static STUDIES_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STUDIES_PAGE));
@@ -135,20 +148,60 @@ impl ReadModel {
         invocation
             .key(keys.interviews(org, study_id))
             .key(keys.interview_documents(org))
-            .key(keys.transcripts(org))
             .arg(study_id)
             .arg(page.start())
-            .arg(page.stop());
-        let reply: Reply = self.invoke(&invocation).await?;
+            .arg(page.stop())
+            .arg(keys.transcript(org, ""));
+        let reply: Reply = match self.invoke(&invocation).await {
+            // A slot half moved between primaries for as long as its keys take to move, one at a time.
+            Err(e) if e.code() == Some("MOVING") || e.to_string().contains("MOVING") => {
+                tracing::debug!(org, "the organization's slot is moving; reading the page key by key");
+                self.interviews_key_by_key(keys, org, study_id, page).await?
+            }
+            other => other?,
+        };
         Ok(reply.map(|(total, docs, transcripts)| Page {
             total,
             items: docs.into_iter().zip(transcripts).filter_map(|(doc, t)| Some((doc?, t))).collect(),
         }))
     }
 
+    /// The interviews page as separate reads of one key each, while the organization's slot moves: each
+    /// read follows its key to the primary that has it. Not one view of the organization as the script's,
+    /// but every part of it is what Redis holds.
+    async fn interviews_key_by_key(
+        &self,
+        keys: &Keyspace,
+        org: &str,
+        study_id: &str,
+        page: Pagination,
+    ) -> RedisResult<Option<(u64, Vec<Option<String>>, Vec<Option<String>>)>> {
+        let mut completed = redis::cmd("ZSCORE");
+        completed.arg(keys.studies(org)).arg(study_id);
+        if self.query::<Option<f64>>(&completed).await?.is_none() {
+            return Ok(None);
+        }
+        let listed = keys.interviews(org, study_id);
+        let total: u64 = self.query(redis::cmd("ZCARD").arg(&listed)).await?;
+        let ids: Vec<String> =
+            self.query(redis::cmd("ZREVRANGE").arg(&listed).arg(page.start()).arg(page.stop())).await?;
+        if ids.is_empty() {
+            return Ok(Some((total, Vec::new(), Vec::new())));
+        }
+        let docs: Vec<Option<String>> =
+            self.query(redis::cmd("HMGET").arg(keys.interview_documents(org)).arg(&ids)).await?;
+        let transcripts = futures::future::try_join_all(ids.iter().map(|id| {
+            let mut get = redis::cmd("GET");
+            get.arg(keys.transcript(org, id));
+            async move { self.query::<Option<String>>(&get).await }
+        }))
+        .await?;
+        Ok(Some((total, docs, transcripts)))
+    }
+
     pub async fn interview(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Option<StoredInterview>> {
         let mut invocation = ONE_INTERVIEW_SCRIPT.key(keys.interview_documents(org));
-        invocation.key(keys.transcripts(org)).arg(id);
+        invocation.key(keys.transcript(org, id)).arg(id);
         let (doc, transcript): (Option<String>, Option<String>) = self.invoke(&invocation).await?;
         Ok(doc.map(|doc| (doc, transcript)))
     }

@@ -19,14 +19,17 @@
 //! | `P:gN:{<org>}:interview:<id>` | hash | `seq`, `state`: the projector's state of an interview |
 //! | `P:gN:{<org>}:interviews:<studyId>` | sorted set | completed visible interviews, score `createdAt` in µs |
 //! | `P:gN:{<org>}:interview-docs` | hash | id → document of each completed visible interview |
-//! | `P:gN:{<org>}:transcripts` | hash | interview id → WebVTT transcript |
+//! | `P:gN:{<org>}:transcript:<id>` | string | the WebVTT transcript of an interview, appended to as messages arrive |
 //! | `P:gN:{apikeys}:key:<keyId>` | hash | `seq`, `state` of an API key |
 //! | `P:gN:{apikeys}:sha:<sha256>` | hash | `org`, `key`: the organization a live key belongs to |
 //!
 //! The braces are Redis Cluster hash tags: every key of one organization lives in one slot, so each event
 //! and each page read is one atomic script in one slot; the API-key index lives in a slot of its own.
 //! Documents live in per-organization hashes so that a page read declares every key it touches (the
-//! sorted set and the document hash) while still reading a whole page in one script.
+//! sorted set and the document hash) while still reading a whole page in one script. Transcripts, which
+//! grow with every message, are one string per interview instead, so that a message is one `APPEND`; a
+//! page read learns their ids only from the sorted set, so it reads them by their shared prefix, in the
+//! same slot.
 //! Organization ids are escaped inside the tag so that no id can reach into another organization's keys;
 //! other ids always stand last, after a prefix no other key shares, so they need no escaping.
 
@@ -143,8 +146,11 @@ impl Keyspace {
         format!("{}:interview-docs", self.org(org))
     }
 
-    pub fn transcripts(&self, org: &str) -> String {
-        format!("{}:transcripts", self.org(org))
+    /// One interview's transcript: a string of its own, so that adding messages is an `APPEND` whose cost
+    /// does not grow with the transcript. A page read reaches these keys from `transcript(org, "")`, the
+    /// prefix every one of them shares (the id stands last).
+    pub fn transcript(&self, org: &str, interview_id: &str) -> String {
+        format!("{}:transcript:{interview_id}", self.org(org))
     }
 
     pub fn interviews(&self, org: &str, study_id: &str) -> String {
@@ -210,7 +216,7 @@ mod tests {
                 ks.study_documents(org),
                 ks.aggregate(Topic::Interview, org, "i"),
                 ks.interview_documents(org),
-                ks.transcripts(org),
+                ks.transcript(org, "i"),
                 ks.interviews(org, "s"),
             ];
             for key in &keys {
@@ -253,6 +259,7 @@ mod tests {
         assert_eq!(hash_tag(&ks.api_key_sha("ab")), "apikeys");
         assert_eq!(hash_tag(&ks.aggregate(Topic::ApiKey, "org", "k")), "apikeys");
         assert_eq!(ks.aggregate(Topic::Study, "o", "s"), "rm:g7:{o}:study:s");
+        assert_eq!(ks.transcript("o", "i:1"), "rm:g7:{o}:transcript:i:1");
         assert!(ks.owner(Topic::Interview, "i").starts_with("rm:g7:"));
         assert_ne!(ks.at(8).studies("o"), ks.studies("o"));
     }

@@ -26,7 +26,7 @@ pub async fn read(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario, o
         let mut list = Vec::new();
         for id in ids {
             let doc: Option<String> = conn.hget(keys.interview_documents(org), &id).await.expect("interview doc");
-            let transcript: Option<String> = conn.hget(keys.transcripts(org), &id).await.expect("transcript");
+            let transcript: Option<String> = conn.get(keys.transcript(org, &id)).await.expect("transcript");
             list.push((id, parse(doc), transcript));
         }
         if !list.is_empty() {

@@ -18,3 +18,4 @@ mod resharding;
 mod resilience;
 mod revocation;
 mod scale_out;
+mod transcripts;

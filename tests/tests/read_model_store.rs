@@ -53,11 +53,11 @@ async fn the_digest_reads_a_hash_larger_than_one_reply_may_be() {
         .await
         .unwrap();
     let keys = Keyspace::new(unique("big"), 1);
-    let transcripts = keys.transcripts("org");
+    let documents = keys.interview_documents("org");
     let value = "x".repeat(700);
     for chunk in (0..3000).collect::<Vec<_>>().chunks(500) {
         let fields: Vec<(String, &str)> = chunk.iter().map(|i| (format!("i{i:04}"), value.as_str())).collect();
-        let _: () = conn.hset_multiple(&transcripts, &fields).await.unwrap();
+        let _: () = conn.hset_multiple(&documents, &fields).await.unwrap();
     }
     let digest = runner::digest_of(&mut conn, &keys).await.expect("the digest reads the hash a page at a time");
     assert_eq!(digest.keys, 1);
@@ -65,7 +65,7 @@ async fn the_digest_reads_a_hash_larger_than_one_reply_may_be() {
     let again = Keyspace::new(unique("big"), 1);
     for chunk in (0..3000).rev().collect::<Vec<_>>().chunks(700) {
         let fields: Vec<(String, &str)> = chunk.iter().map(|i| (format!("i{i:04}"), value.as_str())).collect();
-        let _: () = conn.hset_multiple(again.transcripts("org"), &fields).await.unwrap();
+        let _: () = conn.hset_multiple(again.interview_documents("org"), &fields).await.unwrap();
     }
     let other = runner::digest_of(&mut conn, &again).await.unwrap();
     assert_eq!(other.sha256, digest.sha256);

@@ -51,15 +51,17 @@ async fn main() -> Result<()> {
         Script::new(source).prepare_invoke().load_async(&mut conn).await?;
     }
     let study = format!("{org}-s000");
+    let interview = format!("{study}-i00");
     let exports = [
         ("API_KEY", secret.to_string()),
         ("STUDY_ID", study.clone()),
-        ("INTERVIEW_ID", format!("{study}-i00")),
+        ("INTERVIEW_ID", interview.clone()),
         ("STUDIES_KEY", keys.studies(org)),
         ("STUDY_DOCS_KEY", keys.study_documents(org)),
         ("INTERVIEWS_KEY", keys.interviews(org, &study)),
         ("INTERVIEW_DOCS_KEY", keys.interview_documents(org)),
-        ("TRANSCRIPTS_KEY", keys.transcripts(org)),
+        ("TRANSCRIPT_KEY", keys.transcript(org, &interview)),
+        ("TRANSCRIPT_PREFIX", keys.transcript(org, "")),
         ("STUDIES_PAGE_SHA", studies_sha),
         ("INTERVIEWS_PAGE_SHA", interviews_sha),
         ("ONE_INTERVIEW_SHA", one_sha),

@@ -30,7 +30,7 @@ fn kind(key: &str) -> &'static str {
         || tail == ":interview-docs"
     {
         "interview"
-    } else if tail == ":transcripts" {
+    } else if tail.starts_with(":transcript:") {
         "transcript"
     } else {
         "other"
@@ -67,10 +67,9 @@ async fn main() -> Result<()> {
                 studies += conn.zcard::<_, u64>(key).await?;
             } else if tail.starts_with(":interviews:") {
                 interviews += conn.zcard::<_, u64>(key).await?;
-            } else if tail == ":transcripts" {
-                let values: Vec<String> = conn.hvals(key).await?;
-                transcripts += values.len() as u64;
-                transcript_bytes += values.iter().map(|v| v.len() as u64).sum::<u64>();
+            } else if tail.starts_with(":transcript:") {
+                transcripts += 1;
+                transcript_bytes += conn.strlen::<_, u64>(key).await?;
             }
         }
     }

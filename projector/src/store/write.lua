@@ -3,14 +3,16 @@
 -- KEYS[1] state hash (seq, state)
 -- KEYS[2] index: the sorted set the record belongs to, or the API-key hash (KEYS[1] when there is none)
 -- KEYS[3] the organization's document hash (KEYS[1] for API keys, which have no document)
--- KEYS[4] the organization's transcript hash (KEYS[1] for aggregates without one)
+-- KEYS[4] the interview's transcript string (KEYS[1] for aggregates without one)
 -- KEYS[5..] for an API key: the index entries of the hashes it had before (retired), in the same slot
 -- ARGV[1] sequence the outcome was folded from   ARGV[2] new sequence   ARGV[3] state json
--- ARGV[4] aggregate id (member, document and transcript field)
+-- ARGV[4] aggregate id (member and document field)
 -- ARGV[5] document op: set | delete | none   ARGV[6] document json
 -- ARGV[7] index op: none | add | remove | key-live | key-revoked
 -- ARGV[8] score (add) or organization (key-live)
 -- ARGV[9] transcript op: keep | append | delete   ARGV[10] cues to append   ARGV[11] transcript header
+-- A transcript is appended to with APPEND, which costs the size of the cues, not of the transcript; the
+-- header is written only when the transcript is created.
 -- An index entry belongs to the first key id that claimed it: key-live never takes over another key's entry
 -- (the reply says CLAIM-REFUSED), and key-live and key-revoked only remove entries that are this key's.
 -- Returns the status APPLIED (or CLAIM-REFUSED, also applied), or the sequence found as a string (the caller
@@ -53,9 +55,12 @@ if op == 'key-live' or op == 'key-revoked' then
   end
 end
 if ARGV[9] == 'append' then
-  local transcript = redis.call('HGET', KEYS[4], id) or ARGV[11]
-  redis.call('HSET', KEYS[4], id, transcript .. ARGV[10])
+  if redis.call('EXISTS', KEYS[4]) == 0 then
+    redis.call('SET', KEYS[4], ARGV[11] .. ARGV[10])
+  else
+    redis.call('APPEND', KEYS[4], ARGV[10])
+  end
 elseif ARGV[9] == 'delete' then
-  redis.call('HDEL', KEYS[4], id)
+  redis.call('DEL', KEYS[4])
 end
 return redis.status_reply(claim)

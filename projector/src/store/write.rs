@@ -55,8 +55,8 @@ impl WriteScript {
             Topic::Study => (keys.study_documents(org), document_op),
             Topic::Interview => (keys.interview_documents(org), document_op),
         };
-        let transcripts_key = match topic {
-            Topic::Interview => keys.transcripts(org),
+        let transcript_key = match topic {
+            Topic::Interview => keys.transcript(org, id),
             _ => state_key.clone(),
         };
         let (op, score_or_org) = match &outcome.index {
@@ -83,7 +83,7 @@ impl WriteScript {
             .arg(state_key)
             .arg(index_key)
             .arg(documents_key)
-            .arg(transcripts_key);
+            .arg(transcript_key);
         for sha in retired {
             invocation.arg(keys.api_key_sha(sha));
         }
