@@ -23,6 +23,22 @@ local current = redis.call('HGET', KEYS[1], 'seq') or '0'
 if current ~= ARGV[1] then
   return current
 end
+-- Nothing is written unless every key written holds the type written to it (or nothing): a script that
+-- failed halfway would leave the state ahead of the documents, and no retry could repair that.
+local function holds(key, kind)
+  local found = redis.call('TYPE', key)['ok']
+  return found == 'none' or found == kind
+end
+local op = ARGV[7]
+local index_kind = (op == 'add' or op == 'remove') and 'zset' or 'hash'
+local ok = holds(KEYS[1], 'hash') and (op == 'none' or holds(KEYS[2], index_kind))
+  and (ARGV[5] == 'none' or holds(KEYS[3], 'hash')) and (ARGV[9] == 'keep' or holds(KEYS[4], 'string'))
+for i = 5, #KEYS do
+  ok = ok and holds(KEYS[i], 'hash')
+end
+if not ok then
+  return redis.error_reply('WRONGTYPE a key of this aggregate holds another type than the read model writes')
+end
 local id = ARGV[4]
 redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'state', ARGV[3])
 if ARGV[5] == 'set' then
@@ -30,7 +46,6 @@ if ARGV[5] == 'set' then
 elseif ARGV[5] == 'delete' then
   redis.call('HDEL', KEYS[3], id)
 end
-local op = ARGV[7]
 if op == 'add' then
   redis.call('ZADD', KEYS[2], ARGV[8], id)
 elseif op == 'remove' then
