@@ -4,6 +4,7 @@ pub mod auth;
 mod bucket;
 pub mod config;
 mod credentials;
+mod docs;
 pub mod error;
 pub mod freshness;
 mod limits;
@@ -74,6 +75,8 @@ pub fn app(state: AppState, config: &Config) -> Router {
         .route("/studies/{id}/interviews", get(routes::list_interviews))
         .route("/interviews/{id}", get(routes::get_interview))
         .route("/openapi.json", get(openapi_json))
+        .route("/docs", get(docs::page))
+        .route("/docs/redoc.standalone.js", get(docs::renderer))
         .layer(axum::middleware::from_fn_with_state(state.clone(), freshness::headers));
     let router = Router::new()
         .nest("/v1", v1)

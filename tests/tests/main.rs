@@ -5,6 +5,7 @@
 mod api;
 mod counting;
 mod crash_recovery;
+mod docs_page;
 mod edge;
 mod freshness;
 mod http;
