@@ -69,16 +69,23 @@ static ONE_INTERVIEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE
 const SLOT_MOVE_BUDGET: Duration = Duration::from_secs(3);
 
 /// Runs `call` again, with short waits, while it fails with a cluster redirection or `TRYAGAIN`, for at
-/// most [`SLOT_MOVE_BUDGET`]. Reads are idempotent, so a retry is always safe.
-async fn settled<T, F, Fut>(mut call: F) -> RedisResult<T>
+/// most [`SLOT_MOVE_BUDGET`]. Reads are idempotent, so a retry is always safe. On a cluster, a call that
+/// timed out is tried once more: the client's own retries of a moving slot's redirections can outlast
+/// the timeout and wedge its connection, which is replaced when that happens (`shared::connection`).
+async fn settled<T, F, Fut>(mut call: F, cluster: bool) -> RedisResult<T>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = RedisResult<T>>,
 {
     let deadline = tokio::time::Instant::now() + SLOT_MOVE_BUDGET;
     let mut wait = Duration::from_millis(5);
+    let mut timed_out = false;
     loop {
         match call().await {
+            Err(e) if cluster && e.is_timeout() && !timed_out => {
+                tracing::debug!(error = %e, "a cluster read timed out; reading again on the new connection");
+                timed_out = true;
+            }
             Err(e) if e.is_cluster_error() && tokio::time::Instant::now() + wait < deadline => {
                 tracing::debug!(error = %e, "a slot is moving; reading again");
                 tokio::time::sleep(wait).await;
@@ -99,20 +106,24 @@ impl ReadModel {
         Self { conn }
     }
 
+    fn cluster(&self) -> bool {
+        matches!(self.conn, Connection::Cluster(_))
+    }
+
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
-        settled(|| {
+        let call = || {
             let mut conn = self.conn.clone();
             async move { cmd.query_async(&mut conn).await }
-        })
-        .await
+        };
+        settled(call, self.cluster()).await
     }
 
     async fn invoke<T: redis::FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<T> {
-        settled(|| {
+        let call = || {
             let mut conn = self.conn.clone();
             async move { invocation.invoke_async(&mut conn).await }
-        })
-        .await
+        };
+        settled(call, self.cluster()).await
     }
 
     /// The organization of a live API key, by the key's SHA-256.
@@ -152,9 +163,20 @@ impl ReadModel {
             .arg(page.start())
             .arg(page.stop())
             .arg(keys.transcript(org, ""));
-        let reply: Reply = match self.invoke(&invocation).await {
-            // A slot half moved between primaries for as long as its keys take to move, one at a time.
-            Err(e) if e.code() == Some("MOVING") || e.to_string().contains("MOVING") => {
+        // Tried once (the client itself retries a redirection): a slot can stay half moved between two
+        // primaries for as long as its keys take to move, one at a time, longer than any retry budget.
+        let once = {
+            let mut conn = self.conn.clone();
+            invocation.invoke_async(&mut conn).await
+        };
+        let reply: Reply = match once {
+            // The client's own retries of a redirection can outlast the call's timeout, too.
+            Err(e)
+                if e.is_cluster_error()
+                    || e.is_timeout()
+                    || e.code() == Some("MOVING")
+                    || e.to_string().contains("MOVING") =>
+            {
                 tracing::debug!(org, "the organization's slot is moving; reading the page key by key");
                 self.interviews_key_by_key(keys, org, study_id, page).await?
             }
@@ -190,12 +212,16 @@ impl ReadModel {
         }
         let docs: Vec<Option<String>> =
             self.query(redis::cmd("HMGET").arg(keys.interview_documents(org)).arg(&ids)).await?;
-        let transcripts = futures::future::try_join_all(ids.iter().map(|id| {
-            let mut get = redis::cmd("GET");
-            get.arg(keys.transcript(org, id));
-            async move { self.query::<Option<String>>(&get).await }
-        }))
-        .await?;
+        // A few at a time: a storm of redirections is what wedges the client's connection.
+        let mut transcripts = Vec::with_capacity(ids.len());
+        for chunk in ids.chunks(8) {
+            let gets = chunk.iter().map(|id| {
+                let mut get = redis::cmd("GET");
+                get.arg(keys.transcript(org, id));
+                async move { self.query::<Option<String>>(&get).await }
+            });
+            transcripts.extend(futures::future::try_join_all(gets).await?);
+        }
         Ok(Some((total, docs, transcripts)))
     }
 
