@@ -151,7 +151,10 @@ async fn write_all<'a>(
             // Which aggregate it is, one at a time tells.
             Err(e) if e.is_permanent() => pending.extend(part.iter().rev().map(std::slice::from_ref)),
             Err(e) => {
-                metrics.redis.out_of_memory.set(i64::from(e.is_out_of_memory()));
+                // Until a write succeeds: another error meanwhile (a reconnection) does not mean room.
+                if e.is_out_of_memory() {
+                    metrics.redis.out_of_memory.set(1);
+                }
                 if !retry.after(e.to_string(), stopped).await {
                     return None;
                 }

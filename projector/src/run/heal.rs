@@ -146,6 +146,24 @@ impl Heal {
     }
 }
 
+/// Keeps the memory gauges of every primary current once a second, apart from the batches: a projector
+/// whose batch waits for a full Redis still reports how full it is.
+pub async fn watch_memory(mut conn: Connection, metrics: std::sync::Arc<crate::observe::Metrics>) {
+    let mut ticker = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        ticker.tick().await;
+        let Ok(nodes) = conn.nodes().await else { continue };
+        for node in nodes {
+            let Ok(reply) = conn.on_node(&node, &position::info()).await else { continue };
+            let Ok(info) = redis::from_redis_value::<String>(reply) else { continue };
+            let info = NodeInfo::parse(&info);
+            let labels = NodeLabels { node: node.address.clone() };
+            metrics.redis.memory_used.get_or_create(&labels).set(info.used_memory);
+            metrics.redis.memory_max.get_or_create(&labels).set(info.maxmemory);
+        }
+    }
+}
+
 /// Marks the generation as incomplete at once (one entry for the whole of it, before the partitions'
 /// ends are asked of the broker), then puts the active generation back if the loss took it: in that
 /// order, so that the API never serves the generation before it knows it is incomplete.

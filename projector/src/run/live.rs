@@ -23,6 +23,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
     let id = uuid::Uuid::new_v4().to_string();
     let mut conn = projector.conn();
     let mut heal = Heal::default();
+    let _memory = AbortOnDrop(tokio::spawn(super::heal::watch_memory(conn.clone(), projector.metrics())));
     let mut last_check: Option<Instant> = None;
     loop {
         if last_check.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
@@ -164,5 +165,14 @@ fn instance(projector: &Projector, paused: bool) -> Instance {
         partitions: projector.source.assigned_partitions(),
         latest_event: projector.metrics.latest_event.get(),
         caught_up: projector.metrics.caught_up(),
+    }
+}
+
+/// A background task that ends with the loop that started it, however that loop ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
