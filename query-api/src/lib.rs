@@ -1,6 +1,7 @@
 //! The query API: a stateless, read-only HTTP server over the Redis read model (api.md).
 
 pub mod auth;
+mod body;
 mod bucket;
 pub mod config;
 mod credentials;

@@ -1,7 +1,6 @@
 //! The API's response bodies (api.md section 2), with their OpenAPI schemas.
 
 use serde::Serialize;
-use serde_json::value::RawValue;
 use utoipa::{IntoParams, ToSchema};
 
 /// A completed study as listed by `GET /studies`.
@@ -97,13 +96,6 @@ pub struct StudyPage {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct InterviewPage {
     pub items: Vec<Interview>,
-    pub pagination: PageInfo,
-}
-
-/// A page of study documents served as stored, which is exactly the shape of [`StudyListItem`].
-#[derive(Debug, Serialize)]
-pub struct RawPage {
-    pub items: Vec<Box<RawValue>>,
     pub pagination: PageInfo,
 }
 

@@ -13,7 +13,7 @@ use shared::VideoObject;
 use crate::bucket::Allowed;
 use crate::config::Config;
 use crate::credentials::{Cached, CredentialCache, FETCH_TIMEOUT};
-use crate::sigv4::{self, Endpoint, SigningKey};
+use crate::sigv4::{Endpoint, Signer, SigningKey};
 
 /// Lifetime of a video link (api.md section 8).
 pub const LINK_LIFETIME: Duration = Duration::from_secs(900);
@@ -56,48 +56,56 @@ impl Presigner {
 
     /// The links of one request: credentials are resolved once for all of them.
     pub fn links(&self) -> Links<'_> {
-        Links { presigner: self, credentials: None }
+        Links { presigner: self, signer: None }
     }
 
     /// A fresh link to one object; see [`Links::url`].
     pub async fn url(&self, video: &VideoObject) -> Result<String, NoLink> {
-        self.links().url(video).await
+        self.links().url(video.bucket.as_deref(), &video.key).await
     }
 }
 
-/// Links signed for one request.
+/// Links signed for one request, all with the same time, lifetime and credentials.
 pub struct Links<'a> {
     presigner: &'a Presigner,
-    /// The credentials, once resolved (`None` inside when there were none to be had).
-    credentials: Option<Option<Cached>>,
+    /// The request's signer, once its credentials are resolved (`None` inside when there were no usable
+    /// ones to be had).
+    signer: Option<Option<Signer<'a>>>,
 }
 
 impl Links<'_> {
     /// A fresh link to the object. No link when the event named no usable object: an empty key, or a
     /// bucket (its own, or the default for an empty or missing one) that is not a valid bucket name or not
     /// allowed; nor without usable credentials.
-    pub async fn url(&mut self, video: &VideoObject) -> Result<String, NoLink> {
+    pub async fn url(&mut self, bucket: Option<&str>, key: &str) -> Result<String, NoLink> {
         let p = self.presigner;
-        let bucket = video.bucket.as_ref().filter(|b| !b.is_empty()).or(p.default_bucket.as_ref());
+        let bucket = bucket.filter(|b| !b.is_empty()).or(p.default_bucket.as_deref());
         let bucket = bucket.ok_or(NoLink::NoBucket)?;
-        if video.key.is_empty() || !p.allowed.permits(bucket) {
+        if key.is_empty() || !p.allowed.permits(bucket) {
             return Err(NoLink::Refused);
         }
-        let now = SystemTime::now();
-        if self.credentials.is_none() {
-            self.credentials = Some(p.credentials.get(now).await);
+        if self.signer.is_none() {
+            let now = SystemTime::now();
+            self.signer = Some(p.credentials.get(now).await.and_then(|cached| p.signer(&cached, now)));
         }
-        let cached = self.credentials.as_ref().and_then(Option::as_ref).ok_or(NoLink::NoCredentials)?;
-        let lifetime = lifetime(cached.expiry, now).ok_or(NoLink::NoCredentials)?;
+        let signer = self.signer.as_ref().and_then(Option::as_ref).ok_or(NoLink::NoCredentials)?;
+        Ok(signer.link(bucket, key))
+    }
+}
+
+impl Presigner {
+    /// The signer of links made `now` with these credentials; `None` once they have expired.
+    fn signer(&self, cached: &Cached, now: SystemTime) -> Option<Signer<'_>> {
+        let lifetime = lifetime(cached.expiry, now)?;
         let amz_date = DateTime::<Utc>::from(now).format("%Y%m%dT%H%M%SZ").to_string();
         let derived;
         let signing_key = if cached.signing_key.date() == &amz_date[..8] {
             &cached.signing_key
         } else {
-            derived = SigningKey::derive(&cached.keys.secret_access_key, &amz_date[..8], &p.endpoint.region);
+            derived = SigningKey::derive(&cached.keys.secret_access_key, &amz_date[..8], &self.endpoint.region);
             &derived
         };
-        Ok(sigv4::presign(&p.endpoint, &cached.keys, signing_key, &amz_date, lifetime, bucket, &video.key))
+        Some(Signer::new(&self.endpoint, &cached.keys, signing_key, &amz_date, lifetime))
     }
 }
 

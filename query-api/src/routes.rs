@@ -4,15 +4,16 @@
 
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, value::RawValue};
-use shared::{InterviewDocument, StudyDocument};
+use serde_json::json;
+use shared::StudyDocument;
 
 use crate::auth::Organization;
+use crate::body::{self, Body};
 use crate::error::ApiError;
-use crate::models::{ErrorBody, Interview, InterviewPage, PageInfo, PageQuery, RawPage, Study, StudyPage};
+use crate::models::{ErrorBody, Interview, InterviewPage, PageInfo, PageQuery, Study, StudyPage};
 use crate::pagination::Pagination;
 use crate::presign::{Links, NoLink, Presigner};
 use crate::read_model::StoredInterview;
@@ -39,9 +40,14 @@ pub async fn list_studies(
 ) -> Result<Response, ApiError> {
     let page = Pagination::parse(query.as_deref())?;
     let found = state.read_model().await?.studies(&org.keys, &org.id, page).await?;
-    let items = found.items.into_iter().map(RawValue::from_string).collect::<Result<_, _>>().map_err(internal)?;
-    let pagination = PageInfo { total: found.total, page: page.page, page_size: page.page_size };
-    Ok(Json(RawPage { items, pagination }).into_response())
+    let mut body = Body::with_capacity(64 + found.items.iter().map(|doc| doc.len() + 1).sum::<usize>());
+    body.open_page();
+    for (i, doc) in found.items.iter().enumerate() {
+        body.item(i);
+        body.stored(doc);
+    }
+    body.close_page(&PageInfo { total: found.total, page: page.page, page_size: page.page_size });
+    Ok(json(body))
 }
 
 /// One completed study of the key's organization.
@@ -94,14 +100,20 @@ pub async fn list_interviews(
     State(state): State<AppState>,
     study_id: Result<Path<String>, PathRejection>,
     RawQuery(query): RawQuery,
-) -> Result<Json<InterviewPage>, ApiError> {
+) -> Result<Response, ApiError> {
     let Ok(Path(study_id)) = study_id else { return Err(ApiError::NotFound("study")) };
     let page = Pagination::parse(query.as_deref())?;
     let read_model = state.read_model().await?;
     let found = read_model.interviews(&org.keys, &org.id, &study_id, page).await?.ok_or(ApiError::NotFound("study"))?;
-    let items = served_interviews(&state, found.items).await?;
-    let pagination = PageInfo { total: found.total, page: page.page, page_size: page.page_size };
-    Ok(Json(InterviewPage { items, pagination }))
+    let mut body = Body::with_capacity(64 + found.items.iter().map(served_size).sum::<usize>());
+    let mut links = state.presigner().map(Presigner::links);
+    body.open_page();
+    for (i, stored) in found.items.iter().enumerate() {
+        body.item(i);
+        interview(&state, &mut body, stored, &mut links).await?;
+    }
+    body.close_page(&PageInfo { total: found.total, page: page.page, page_size: page.page_size });
+    Ok(json(body))
 }
 
 /// One completed, visible interview of the organization, whatever the state of its study.
@@ -122,24 +134,27 @@ pub async fn get_interview(
     org: Organization,
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
-) -> Result<Json<Interview>, ApiError> {
+) -> Result<Response, ApiError> {
     let Ok(Path(id)) = id else { return Err(ApiError::NotFound("interview")) };
     let read_model = state.read_model().await?;
     let stored = read_model.interview(&org.keys, &org.id, &id).await?.ok_or(ApiError::NotFound("interview"))?;
+    let mut body = Body::with_capacity(served_size(&stored));
     let mut links = state.presigner().map(Presigner::links);
-    Ok(Json(interview(&state, stored, &mut links).await?))
+    interview(&state, &mut body, &stored, &mut links).await?;
+    Ok(json(body))
 }
 
-/// Builds the served interview: the stored document, its transcript, and a fresh video link signed by
+/// Writes one served interview: the stored document, its transcript, and a fresh video link signed by
 /// the request's `links` (none when links are off).
 async fn interview(
     state: &AppState,
-    (doc, transcript): StoredInterview,
+    body: &mut Body,
+    (doc, transcript): &StoredInterview,
     links: &mut Option<Links<'_>>,
-) -> Result<Interview, ApiError> {
-    let doc: InterviewDocument = serde_json::from_str(&doc).map_err(internal)?;
-    let video_download_url = match (links, &doc.video) {
-        (Some(links), Some(video)) => match links.url(video).await {
+) -> Result<(), ApiError> {
+    let doc = body::StoredInterview::parse(doc).map_err(internal)?;
+    let link = match (links, &doc.video) {
+        (Some(links), Some(video)) => match links.url(video.bucket.as_deref(), &video.key).await {
             Ok(url) => Some(url),
             Err(NoLink::Refused) => {
                 state.metrics().video_links_refused.inc();
@@ -152,24 +167,18 @@ async fn interview(
         },
         _ => None,
     };
-    Ok(Interview {
-        id: doc.id,
-        participant: doc.participant.map(Into::into),
-        facets: doc.facets.into_iter().map(Into::into).collect(),
-        video_download_url,
-        transcript_as_web_vtt: transcript,
-        created_at: doc.created_at,
-        updated_at: doc.updated_at,
-    })
+    body.interview(&doc, link.as_deref(), transcript.as_deref());
+    Ok(())
 }
 
-async fn served_interviews(state: &AppState, stored: Vec<StoredInterview>) -> Result<Vec<Interview>, ApiError> {
-    let mut items = Vec::with_capacity(stored.len());
-    let mut links = state.presigner().map(Presigner::links);
-    for one in stored {
-        items.push(interview(state, one, &mut links).await?);
-    }
-    Ok(items)
+/// About how many bytes an interview takes served: its document, its transcript (escaped) and a link.
+fn served_size((doc, transcript): &StoredInterview) -> usize {
+    doc.len() + transcript.as_ref().map_or(0, |t| t.len() + t.len() / 8) + 640
+}
+
+/// A JSON response of bytes already written.
+fn json(body: Body) -> Response {
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.into_bytes()).into_response()
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {

@@ -47,11 +47,12 @@ pub struct Keys {
     pub session_token: Option<String>,
 }
 
-/// The signing key of one secret, day and region.
+/// The signing key of one secret, day and region, with its HMAC already keyed (the key's two padded
+/// blocks hashed once, not once a link).
 #[derive(Clone)]
 pub struct SigningKey {
     date: String,
-    key: [u8; 32],
+    mac: HmacSha256,
 }
 
 impl SigningKey {
@@ -60,7 +61,8 @@ impl SigningKey {
         let k_date = hmac(format!("AWS4{secret}").as_bytes(), date.as_bytes());
         let k_region = hmac(&k_date, region.as_bytes());
         let k_service = hmac(&k_region, b"s3");
-        Self { date: date.to_string(), key: hmac(&k_service, b"aws4_request") }
+        let key = hmac(&k_service, b"aws4_request");
+        Self { date: date.to_string(), mac: HmacSha256::new_from_slice(&key).expect("HMAC takes any key length") }
     }
 
     pub fn date(&self) -> &str {
@@ -85,52 +87,128 @@ pub fn presign(
     bucket: &str,
     key: &str,
 ) -> String {
-    let (host, path) = if endpoint.path_style {
-        (endpoint.authority.clone(), format!("/{}/{}", encode(bucket, true), encode(key, false)))
-    } else {
-        (format!("{bucket}.{}", endpoint.authority), format!("/{}", encode(key, false)))
-    };
-    let scope = format!("{}/{}/s3/aws4_request", signing_key.date, endpoint.region);
-    let mut query = String::with_capacity(256);
-    let _ = write!(
-        query,
-        "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential={}%2F{}&X-Amz-Date={amz_date}&X-Amz-Expires={expires_secs}",
-        encode(&keys.access_key_id, true),
-        encode(&scope, true),
-    );
-    // The canonical query is sorted (the token between Expires and SignedHeaders); the link carries the
-    // token last, after the signature, as aws-sigv4 writes it.
-    let token = keys.session_token.as_deref().map(|t| format!("X-Amz-Security-Token={}", encode(t, true)));
-    let canonical_query = match &token {
-        Some(token) => format!("{query}&{token}&X-Amz-SignedHeaders=host"),
-        None => format!("{query}&X-Amz-SignedHeaders=host"),
-    };
-    let canonical = format!("GET\n{path}\n{canonical_query}\nhost:{host}\n\nhost\nUNSIGNED-PAYLOAD");
-    let to_sign =
-        format!("AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n{}", hex::encode(Sha256::digest(canonical.as_bytes())));
-    let signature = hex::encode(hmac(&signing_key.key, to_sign.as_bytes()));
-    let mut link =
-        format!("{}://{host}{path}?{query}&X-Amz-SignedHeaders=host&X-Amz-Signature={signature}", endpoint.scheme);
-    if let Some(token) = token {
-        link.push('&');
-        link.push_str(&token);
-    }
-    link
+    Signer::new(endpoint, keys, signing_key, amz_date, expires_secs).link(bucket, key)
 }
 
-/// Percent-encodes as SigV4 wants: everything but `A-Z a-z 0-9 - . _ ~`, and `/` too unless in a key.
-fn encode(value: &str, slash: bool) -> String {
-    let mut out = String::with_capacity(value.len() * 3 / 2);
+/// What every link of one request shares (the endpoint, the credentials, the time and the lifetime),
+/// written once; each link then costs its path, one SHA-256 of its canonical request and one HMAC.
+pub struct Signer<'a> {
+    endpoint: &'a Endpoint,
+    mac: HmacSha256,
+    /// `X-Amz-Algorithm=…&X-Amz-Credential=…&X-Amz-Date=…&X-Amz-Expires=…`
+    query: String,
+    /// `X-Amz-Security-Token=…`, when the credentials have a session token.
+    token: Option<String>,
+    /// The string to sign up to the canonical request's hash: algorithm, date and scope.
+    to_sign: String,
+}
+
+impl<'a> Signer<'a> {
+    /// `signing_key` must be of `amz_date`'s day.
+    pub fn new(
+        endpoint: &'a Endpoint,
+        keys: &Keys,
+        signing_key: &SigningKey,
+        amz_date: &str,
+        expires_secs: u64,
+    ) -> Self {
+        let scope = format!("{}/{}/s3/aws4_request", signing_key.date, endpoint.region);
+        let mut query = String::with_capacity(192);
+        query.push_str("X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=");
+        encode(&mut query, &keys.access_key_id, true);
+        query.push_str("%2F");
+        encode(&mut query, &scope, true);
+        let _ = write!(query, "&X-Amz-Date={amz_date}&X-Amz-Expires={expires_secs}");
+        let token = keys.session_token.as_deref().map(|t| {
+            let mut token = String::from("X-Amz-Security-Token=");
+            encode(&mut token, t, true);
+            token
+        });
+        let to_sign = format!("AWS4-HMAC-SHA256\n{amz_date}\n{scope}\n");
+        Self { endpoint, mac: signing_key.mac.clone(), query, token, to_sign }
+    }
+
+    /// A presigned GET link to `bucket`/`key`.
+    pub fn link(&self, bucket: &str, key: &str) -> String {
+        let endpoint = self.endpoint;
+        let mut link = String::with_capacity(
+            endpoint.scheme.len() + bucket.len() + endpoint.authority.len() + key.len() * 3 + self.query.len() + 160,
+        );
+        link.push_str(&endpoint.scheme);
+        link.push_str("://");
+        let host_start = link.len();
+        if !endpoint.path_style {
+            link.push_str(bucket);
+            link.push('.');
+        }
+        link.push_str(&endpoint.authority);
+        let path_start = link.len();
+        link.push('/');
+        if endpoint.path_style {
+            encode(&mut link, bucket, true);
+            link.push('/');
+        }
+        encode(&mut link, key, false);
+        let (host, path) = (&link[host_start..path_start], &link[path_start..]);
+
+        // The canonical request, hashed as it is written: the query is sorted (the token between Expires
+        // and SignedHeaders).
+        let mut canonical = Sha256::new();
+        canonical.update(b"GET\n");
+        canonical.update(path.as_bytes());
+        canonical.update(b"\n");
+        canonical.update(self.query.as_bytes());
+        if let Some(token) = &self.token {
+            canonical.update(b"&");
+            canonical.update(token.as_bytes());
+        }
+        canonical.update(b"&X-Amz-SignedHeaders=host\nhost:");
+        canonical.update(host.as_bytes());
+        canonical.update(b"\n\nhost\nUNSIGNED-PAYLOAD");
+        let mut mac = self.mac.clone();
+        mac.update(self.to_sign.as_bytes());
+        mac.update(&hex(&canonical.finalize().into()));
+        let signature = hex(&mac.finalize().into_bytes().into());
+
+        // The link carries the token last, after the signature, as aws-sigv4 writes it.
+        link.push('?');
+        link.push_str(&self.query);
+        link.push_str("&X-Amz-SignedHeaders=host&X-Amz-Signature=");
+        link.push_str(std::str::from_utf8(&signature).expect("hex is ASCII"));
+        if let Some(token) = &self.token {
+            link.push('&');
+            link.push_str(token);
+        }
+        link
+    }
+}
+
+/// Lowercase hex of a 32-byte digest.
+fn hex(digest: &[u8; 32]) -> [u8; 64] {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = [0; 64];
+    for (i, b) in digest.iter().enumerate() {
+        out[2 * i] = DIGITS[usize::from(b >> 4)];
+        out[2 * i + 1] = DIGITS[usize::from(b & 15)];
+    }
+    out
+}
+
+/// Percent-encodes as SigV4 wants, onto `out`: everything but `A-Z a-z 0-9 - . _ ~`, and `/` too unless
+/// in a key.
+fn encode(out: &mut String, value: &str, slash: bool) {
+    const DIGITS: &[u8; 16] = b"0123456789ABCDEF";
     for &b in value.as_bytes() {
         match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' => out.push(b as char),
             b'/' if !slash => out.push('/'),
             _ => {
-                let _ = write!(out, "%{b:02X}");
+                out.push('%');
+                out.push(DIGITS[usize::from(b >> 4)] as char);
+                out.push(DIGITS[usize::from(b & 15)] as char);
             }
         }
     }
-    out
 }
 
 #[cfg(test)]

@@ -9,6 +9,13 @@ use aws_sigv4::sign::v4;
 
 use super::*;
 
+/// The percent-encoding of `value`, as a string of its own.
+fn encode(value: &str, slash: bool) -> String {
+    let mut out = String::new();
+    super::encode(&mut out, value, slash);
+    out
+}
+
 const SECRET: &str = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY";
 
 fn keys(token: Option<&str>) -> Keys {
@@ -111,5 +118,21 @@ async fn keys_are_encoded_as_aws_sdk_s3_encodes_them() {
         let sdk = client.get_object().bucket("videos").key(key).presigned(presigning.clone()).await.unwrap();
         let path = sdk.uri().split('?').next().unwrap().trim_start_matches("http://127.0.0.1:9000");
         assert_eq!(path, format!("/videos/{}", encode(key, false)), "{key}");
+    }
+}
+
+#[test]
+fn the_links_of_one_signer_are_those_signed_one_by_one() {
+    for (url, path_style, token) in
+        [("http://127.0.0.1:19000", true, None), ("https://s3.example", false, Some("t/+="))]
+    {
+        let endpoint = Endpoint::parse(url, "us-east-1", path_style).unwrap();
+        let keys = keys(token);
+        let (_, amz_date, date) = at(1_795_305_000);
+        let signing_key = SigningKey::derive(&keys.secret_access_key, &date, &endpoint.region);
+        let signer = Signer::new(&endpoint, &keys, &signing_key, &amz_date, 600);
+        for (bucket, key) in [("videos", "a.mp4"), ("other-bucket", "b/ü c.mp4"), ("videos", "a.mp4")] {
+            assert_eq!(signer.link(bucket, key), presign(&endpoint, &keys, &signing_key, &amz_date, 600, bucket, key));
+        }
     }
 }

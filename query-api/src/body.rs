@@ -1,0 +1,211 @@
+//! Response bodies of the list and interview routes, written from the stored bytes.
+//!
+//! The projector stores every document ready to serve, but for what only a request can add: an
+//! interview's fresh video link and its transcript, which lives under a key of its own. So the API never
+//! parses a document into owned values to serialize it again: a page of studies is the stored documents
+//! joined, and an interview is its stored fields (found in the stored JSON, borrowed, not copied) with the
+//! link and the transcript written between them. Tests keep the bytes identical to serializing
+//! [`crate::models::Interview`] and [`crate::models::StudyPage`].
+
+use std::borrow::Cow;
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use crate::models::PageInfo;
+
+/// The fields of a stored interview document (`shared::InterviewDocument`), borrowed from its JSON.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StoredInterview<'a> {
+    #[serde(borrow)]
+    id: &'a RawValue,
+    #[serde(borrow)]
+    participant: &'a RawValue,
+    #[serde(borrow)]
+    facets: &'a RawValue,
+    #[serde(borrow, default)]
+    pub video: Option<StoredVideo<'a>>,
+    #[serde(borrow)]
+    created_at: &'a RawValue,
+    #[serde(borrow)]
+    updated_at: &'a RawValue,
+}
+
+/// Where the interview's video is stored (`shared::VideoObject`).
+#[derive(Deserialize)]
+pub struct StoredVideo<'a> {
+    #[serde(borrow, default)]
+    pub bucket: Option<Cow<'a, str>>,
+    #[serde(borrow)]
+    pub key: Cow<'a, str>,
+}
+
+impl<'a> StoredInterview<'a> {
+    pub fn parse(stored: &'a str) -> serde_json::Result<Self> {
+        serde_json::from_str(stored)
+    }
+}
+
+/// A JSON body being written.
+pub struct Body(Vec<u8>);
+
+impl Body {
+    pub fn with_capacity(bytes: usize) -> Self {
+        Self(Vec::with_capacity(bytes))
+    }
+
+    /// `{"items":[` — a page's opening.
+    pub fn open_page(&mut self) {
+        self.0.extend_from_slice(b"{\"items\":[");
+    }
+
+    /// A separator before every item but the first.
+    pub fn item(&mut self, index: usize) {
+        if index > 0 {
+            self.0.push(b',');
+        }
+    }
+
+    /// A stored document, served as it is.
+    pub fn stored(&mut self, json: &str) {
+        self.0.extend_from_slice(json.as_bytes());
+    }
+
+    /// One served interview: the stored fields with the link and the transcript.
+    pub fn interview(&mut self, doc: &StoredInterview<'_>, link: Option<&str>, transcript: Option<&str>) {
+        let out = &mut self.0;
+        out.extend_from_slice(b"{\"id\":");
+        out.extend_from_slice(doc.id.get().as_bytes());
+        out.extend_from_slice(b",\"participant\":");
+        out.extend_from_slice(doc.participant.get().as_bytes());
+        out.extend_from_slice(b",\"facets\":");
+        out.extend_from_slice(doc.facets.get().as_bytes());
+        out.extend_from_slice(b",\"videoDownloadURL\":");
+        string_or_null(out, link);
+        out.extend_from_slice(b",\"transcriptAsWebVTT\":");
+        string_or_null(out, transcript);
+        out.extend_from_slice(b",\"createdAt\":");
+        out.extend_from_slice(doc.created_at.get().as_bytes());
+        out.extend_from_slice(b",\"updatedAt\":");
+        out.extend_from_slice(doc.updated_at.get().as_bytes());
+        out.push(b'}');
+    }
+
+    /// `],"pagination":{...}}` — a page's closing.
+    pub fn close_page(&mut self, pagination: &PageInfo) {
+        self.0.extend_from_slice(b"],\"pagination\":");
+        serde_json::to_writer(&mut self.0, pagination).expect("writing to memory");
+        self.0.push(b'}');
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+fn string_or_null(out: &mut Vec<u8>, value: Option<&str>) {
+    match value {
+        Some(value) => serde_json::to_writer(out, value).expect("writing to memory"),
+        None => out.extend_from_slice(b"null"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shared::{Facet, InterviewDocument, Participant, StudyDocument, VideoObject};
+
+    use super::*;
+    use crate::models::{Interview, InterviewPage, StudyListItem, StudyPage};
+
+    fn document(participant: Option<Participant>, video: Option<VideoObject>) -> InterviewDocument {
+        InterviewDocument {
+            id: "int \"1\"\u{2028}".into(),
+            study_id: Some("s".into()),
+            participant,
+            facets: vec![Facet { label: "Mood</script>".into(), values: vec!["a\\b".into(), "é\u{0}".into()] }],
+            video,
+            created_at: "2026-01-02T03:04:05.123Z".into(),
+            updated_at: "2026-01-02T03:04:06Z".into(),
+        }
+    }
+
+    /// What serializing the response model gives for `doc`, the way the API used to build it.
+    fn served(doc: &InterviewDocument, link: Option<&str>, transcript: Option<&str>) -> Interview {
+        Interview {
+            id: doc.id.clone(),
+            participant: doc.participant.clone().map(Into::into),
+            facets: doc.facets.iter().cloned().map(Into::into).collect(),
+            video_download_url: link.map(String::from),
+            transcript_as_web_vtt: transcript.map(String::from),
+            created_at: doc.created_at.clone(),
+            updated_at: doc.updated_at.clone(),
+        }
+    }
+
+    #[test]
+    fn an_interview_page_is_byte_for_byte_what_the_response_model_serializes_to() {
+        let docs = [
+            document(Some(Participant { id: "p\n1".into(), name: Some("Zoë Q.".into()) }), None),
+            document(
+                Some(Participant { id: "p2".into(), name: None }),
+                Some(VideoObject { bucket: None, key: "k".into() }),
+            ),
+            document(None, Some(VideoObject { bucket: Some("b\\u0041".into()), key: "a/\"b\".mp4".into() })),
+        ];
+        let cases = [
+            (None, None),
+            (Some("https://x/y?a=1&b=%2F"), Some("WEBVTT\n\n00:00:00.000 --> 00:00:01.000\n\"hi\"\t<b>")),
+            (None, Some("")),
+        ];
+        let mut body = Body::with_capacity(0);
+        body.open_page();
+        let mut expected = Vec::new();
+        for (i, (doc, (link, transcript))) in docs.iter().zip(cases).enumerate() {
+            let stored = serde_json::to_string(doc).unwrap();
+            let parsed = StoredInterview::parse(&stored).unwrap();
+            let video = parsed.video.as_ref().map(|v| (v.bucket.as_deref().map(String::from), v.key.to_string()));
+            assert_eq!(video, doc.video.clone().map(|v| (v.bucket, v.key)), "the video's fields are read unescaped");
+            body.item(i);
+            body.interview(&parsed, link, transcript);
+            expected.push(served(doc, link, transcript));
+        }
+        let pagination = PageInfo { total: 3, page: 1, page_size: 20 };
+        body.close_page(&pagination);
+        let model = serde_json::to_vec(&InterviewPage { items: expected, pagination }).unwrap();
+        assert_eq!(String::from_utf8(body.into_bytes()).unwrap(), String::from_utf8(model).unwrap());
+    }
+
+    #[test]
+    fn a_page_of_studies_is_its_stored_documents_joined() {
+        let docs: Vec<StudyDocument> = (0..3)
+            .map(|i| StudyDocument {
+                id: format!("s{i}\u{7f}"),
+                internal_title: "T \"q\" \\".into(),
+                completed_on: "2026-01-02".into(),
+                created_at: "2026-01-01T00:00:00Z".into(),
+                updated_at: "2026-01-02T00:00:00.000001Z".into(),
+            })
+            .collect();
+        let mut body = Body::with_capacity(0);
+        body.open_page();
+        for (i, doc) in docs.iter().enumerate() {
+            body.item(i);
+            body.stored(&serde_json::to_string(doc).unwrap());
+        }
+        let pagination = PageInfo { total: 9, page: 2, page_size: 3 };
+        body.close_page(&pagination);
+        let items = docs
+            .into_iter()
+            .map(|d| StudyListItem {
+                id: d.id,
+                internal_title: d.internal_title,
+                completed_on: d.completed_on,
+                created_at: d.created_at,
+                updated_at: d.updated_at,
+            })
+            .collect();
+        let model = serde_json::to_vec(&StudyPage { items, pagination }).unwrap();
+        assert_eq!(body.into_bytes(), model);
+    }
+}
