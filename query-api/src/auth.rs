@@ -1,12 +1,16 @@
 //! API-key authentication (api.md section 5): the key comes from `Authorization: Bearer <key>` or
-//! `Service-Api-Key: <key>`, Bearer first; it is looked up by its SHA-256 and never logged or kept.
+//! `Service-Api-Key: <key>`, Bearer first; it is looked up by its SHA-256 and never logged or kept (the
+//! SHA-256 and its organization may be kept in memory: `crate::key_cache`).
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
+use std::time::Instant;
+
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;
+use crate::key_cache::Epoch;
 use crate::state::AppState;
 
 /// Longest key accepted; longer values are not keys and are refused without a lookup.
@@ -50,12 +54,28 @@ impl FromRequestParts<AppState> for Organization {
 
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let key = credential(&parts.headers).ok_or(ApiError::Unauthorized)?;
-        let sha = key_sha256(key);
+        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         let keys = state.keyspace().await?;
-        let org = state.read_model().await?.organization_of(&keys, &sha).await?;
-        let id = org.ok_or(ApiError::Unauthorized)?;
+        let now = Instant::now();
+        let cache = state.key_cache();
+        let id = match cache.and_then(|cache| cache.get(&digest, keys.generation(), now)) {
+            Some(id) => {
+                state.metrics().key_lookups_memory.inc();
+                id
+            }
+            None => {
+                state.metrics().key_lookups_redis.inc();
+                let read = state.read_model().await?.organization_of(&keys, &hex::encode(digest)).await?;
+                let (org, token) = read;
+                let id = org.ok_or(ApiError::Unauthorized)?;
+                if let Some(cache) = cache {
+                    cache.insert(digest, &id, &Epoch { generation: keys.generation(), token });
+                }
+                id
+            }
+        };
         if let Some(limit) = state.rate_limit() {
-            limit.take(&sha, std::time::Instant::now()).map_err(ApiError::TooManyRequests)?;
+            limit.take(&digest, now).map_err(ApiError::TooManyRequests)?;
         }
         Ok(Organization { id, keys })
     }

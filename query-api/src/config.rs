@@ -47,6 +47,12 @@ pub struct Config {
     #[arg(long, env = "RATE_LIMIT_BURST", default_value_t = 50)]
     pub rate_limit_burst: u32,
 
+    /// Most API keys kept in memory, so that a request authenticates without a Redis round trip; 0 asks
+    /// Redis on every request. A key event drops them all, and they serve only while the key index's epoch
+    /// was read within the last 750 ms (see GENERATION_REFRESH_MS): a revoked key is refused within a second.
+    #[arg(long, env = "API_KEY_CACHE_SIZE", default_value_t = 100_000)]
+    pub api_key_cache_size: usize,
+
     /// Longest a client may take to send a request's head (line and headers), in milliseconds; past it the
     /// connection is closed.
     #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -56,7 +62,8 @@ pub struct Config {
     #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
 
-    /// How often the active generation of the read model is read, in milliseconds.
+    /// How often the active generation of the read model (and the key index's epoch) is read, in
+    /// milliseconds. Above 750, API keys kept in memory are never trusted and every request asks Redis.
     #[arg(long, env = "GENERATION_REFRESH_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..))]
     pub generation_refresh_ms: u64,
 

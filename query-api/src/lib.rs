@@ -8,6 +8,7 @@ mod credentials;
 mod docs;
 pub mod error;
 pub mod freshness;
+pub mod key_cache;
 mod limits;
 pub mod metrics;
 pub mod models;

@@ -22,6 +22,11 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     pub route: String,
 }
@@ -35,6 +40,9 @@ pub struct Metrics {
     pub auth_failures: Counter,
     pub presign_failures: Counter,
     pub video_links_refused: Counter,
+    /// API keys found in memory (`crate::key_cache`), and looked up in Redis.
+    pub key_lookups_memory: Counter,
+    pub key_lookups_redis: Counter,
 }
 
 impl Default for Metrics {
@@ -54,7 +62,24 @@ impl Default for Metrics {
             "Videos given no link because their event named an empty key or a bucket not valid or not allowed",
             video_links_refused.clone(),
         );
-        Self { registry, requests, latency, auth_failures, presign_failures, video_links_refused }
+        let key_lookups = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "key_lookups",
+            "API keys looked up, by where: `memory` (kept, vouched for by the key index's epoch) or `redis`",
+            key_lookups.clone(),
+        );
+        let key_lookups_memory = key_lookups.get_or_create(&SourceLabels { source: "memory" }).clone();
+        let key_lookups_redis = key_lookups.get_or_create(&SourceLabels { source: "redis" }).clone();
+        Self {
+            registry,
+            requests,
+            latency,
+            auth_failures,
+            presign_failures,
+            video_links_refused,
+            key_lookups_memory,
+            key_lookups_redis,
+        }
     }
 }
 

@@ -13,7 +13,7 @@ const PRUNE_ABOVE: usize = 10_000;
 pub struct RateLimit {
     per_second: f64,
     burst: f64,
-    buckets: Mutex<HashMap<String, Bucket>>,
+    buckets: Mutex<HashMap<[u8; 32], Bucket>>,
 }
 
 #[derive(Clone, Copy)]
@@ -32,14 +32,14 @@ impl RateLimit {
         })
     }
 
-    /// Takes a token for `key` (its SHA-256) at `now`; without one, how long until there is one.
-    pub fn take(&self, key: &str, now: Instant) -> Result<(), Duration> {
+    /// Takes a token for `key` (its SHA-256 digest) at `now`; without one, how long until there is one.
+    pub fn take(&self, key: &[u8; 32], now: Instant) -> Result<(), Duration> {
         let mut buckets = self.buckets.lock().expect("rate-limit buckets");
         if buckets.len() > PRUNE_ABOVE {
             let full_after = Duration::from_secs_f64(self.burst / self.per_second);
             buckets.retain(|_, b| now.duration_since(b.at) < full_after);
         }
-        let bucket = buckets.entry(key.to_string()).or_insert(Bucket { tokens: self.burst, at: now });
+        let bucket = buckets.entry(*key).or_insert(Bucket { tokens: self.burst, at: now });
         let refilled = bucket.tokens + now.duration_since(bucket.at).as_secs_f64() * self.per_second;
         bucket.tokens = refilled.min(self.burst);
         bucket.at = now;
@@ -61,18 +61,18 @@ mod tests {
         let limit = RateLimit::new(2, 3).expect("on");
         let t0 = Instant::now();
         for _ in 0..3 {
-            assert_eq!(limit.take("a", t0), Ok(()));
+            assert_eq!(limit.take(&[1; 32], t0), Ok(()));
         }
-        let wait = limit.take("a", t0).unwrap_err();
+        let wait = limit.take(&[1; 32], t0).unwrap_err();
         assert_eq!(wait, Duration::from_millis(500), "one token every half second");
-        assert_eq!(limit.take("b", t0), Ok(()), "buckets are per key");
-        assert_eq!(limit.take("a", t0 + Duration::from_millis(500)), Ok(()));
-        assert!(limit.take("a", t0 + Duration::from_millis(500)).is_err());
+        assert_eq!(limit.take(&[2; 32], t0), Ok(()), "buckets are per key");
+        assert_eq!(limit.take(&[1; 32], t0 + Duration::from_millis(500)), Ok(()));
+        assert!(limit.take(&[1; 32], t0 + Duration::from_millis(500)).is_err());
         // Idle long enough, the bucket is full again, never fuller.
         for _ in 0..3 {
-            assert_eq!(limit.take("a", t0 + Duration::from_secs(60)), Ok(()));
+            assert_eq!(limit.take(&[1; 32], t0 + Duration::from_secs(60)), Ok(()));
         }
-        assert!(limit.take("a", t0 + Duration::from_secs(60)).is_err());
+        assert!(limit.take(&[1; 32], t0 + Duration::from_secs(60)).is_err());
     }
 
     #[test]

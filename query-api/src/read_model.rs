@@ -60,6 +60,14 @@ pub const ONE_INTERVIEW: &str = r"
 return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('GET', KEYS[2])}
 ";
 
+/// The organization of an API key and the key index's epoch, read together (one slot, `{apikeys}`), so
+/// that what the API keeps in memory is tagged with the epoch it was true at.
+pub const KEY_ORGANIZATION: &str = r"
+-- KEYS[1] the key's index entry (hash), KEYS[2] the key index's epoch (string)
+return {redis.call('HGET', KEYS[1], 'org'), redis.call('GET', KEYS[2])}
+";
+
+static KEY_ORGANIZATION_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(KEY_ORGANIZATION));
 static STUDIES_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STUDIES_PAGE));
 static INTERVIEWS_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INTERVIEWS_PAGE));
 static ONE_INTERVIEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_INTERVIEW));
@@ -126,10 +134,21 @@ impl ReadModel {
         settled(call, self.cluster()).await
     }
 
-    /// The organization of a live API key, by the key's SHA-256.
-    pub async fn organization_of(&self, keys: &Keyspace, sha256: &str) -> RedisResult<Option<String>> {
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(keys.api_key_sha(sha256)).arg("org");
+    /// The organization of a live API key, by the key's SHA-256, and the key index's epoch at that moment.
+    pub async fn organization_of(
+        &self,
+        keys: &Keyspace,
+        sha256: &str,
+    ) -> RedisResult<(Option<String>, Option<String>)> {
+        let mut invocation = KEY_ORGANIZATION_SCRIPT.key(keys.api_key_sha(sha256));
+        invocation.key(keys.api_key_epoch());
+        self.invoke(&invocation).await
+    }
+
+    /// The key index's epoch (see `crate::key_cache`).
+    pub async fn api_key_epoch(&self, keys: &Keyspace) -> RedisResult<Option<String>> {
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(keys.api_key_epoch());
         self.query(&cmd).await
     }
 

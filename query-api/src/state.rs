@@ -11,6 +11,7 @@ use tokio::sync::OnceCell;
 
 use crate::config::Config;
 use crate::error::ApiError;
+use crate::key_cache::{Epoch, KeyCache};
 use crate::metrics::Metrics;
 use crate::presign::Presigner;
 use crate::rate_limit::RateLimit;
@@ -42,6 +43,8 @@ struct Inner {
     freshness: crate::freshness::Latest,
     presigner: Option<Presigner>,
     rate_limit: Option<RateLimit>,
+    /// API keys kept in memory, checked against the key index's epoch on every refresh.
+    key_cache: Option<KeyCache>,
     metrics: Arc<Metrics>,
 }
 
@@ -62,6 +65,7 @@ impl AppState {
             freshness: Default::default(),
             presigner,
             rate_limit: RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst),
+            key_cache: KeyCache::new(config.api_key_cache_size),
             metrics: Arc::default(),
         })))
     }
@@ -113,6 +117,11 @@ impl AppState {
         self.0.presigner.as_ref()
     }
 
+    /// The API keys kept in memory, unless that is off.
+    pub fn key_cache(&self) -> Option<&KeyCache> {
+        self.0.key_cache.as_ref()
+    }
+
     /// The per-key rate limit, when one is configured.
     pub fn rate_limit(&self) -> Option<&RateLimit> {
         self.0.rate_limit.as_ref()
@@ -126,12 +135,15 @@ impl AppState {
         &self.0.prefix
     }
 
-    /// Re-reads the active generation and whether it is complete.
+    /// Re-reads the active generation, whether it is complete, and the key index's epoch.
     pub async fn refresh_generation(&self) {
         let Ok(read_model) = self.read_model().await else { return };
         let generation = match read_model.active_generation(&self.0.prefix).await {
             Ok(Some(generation)) => generation,
             Ok(None) => {
+                if let Some(cache) = self.key_cache() {
+                    cache.forget();
+                }
                 if self.0.generation.load(Ordering::Acquire) != UNKNOWN
                     && self.0.condition.swap(LOST, Ordering::AcqRel) != LOST
                 {
@@ -149,6 +161,15 @@ impl AppState {
         };
         if self.0.condition.swap(condition, Ordering::AcqRel) != condition {
             tracing::info!(generation, complete = condition == COMPLETE, "the read model's condition changed");
+        }
+        if let Some(cache) = self.key_cache() {
+            // Started before the read: the entries are vouched for as of this moment, not a later one.
+            let started = std::time::Instant::now();
+            match read_model.api_key_epoch(&keys).await {
+                Ok(token) if condition == COMPLETE => cache.refreshed(Epoch { generation, token }, started),
+                Ok(_) => cache.forget(),
+                Err(e) => tracing::warn!(error = %e, "could not read the key index's epoch"),
+            }
         }
         match read_model.projectors(&self.0.prefix).await {
             Ok(reports) => {

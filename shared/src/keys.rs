@@ -22,6 +22,7 @@
 //! | `P:gN:{<org>}:transcript:<id>` | string | the WebVTT transcript of an interview, appended to as messages arrive |
 //! | `P:gN:{apikeys}:key:<keyId>` | hash | `seq`, `state` of an API key |
 //! | `P:gN:{apikeys}:sha:<sha256>` | hash | `org`, `key`: the organization a live key belongs to |
+//! | `P:gN:{apikeys}:epoch` | string | a token written anew whenever the key index changes, so API instances can keep keys in memory |
 //!
 //! The braces are Redis Cluster hash tags: every key of one organization lives in one slot, so each event
 //! and each page read is one atomic script in one slot; the API-key index lives in a slot of its own.
@@ -105,7 +106,10 @@ impl Keyspace {
     /// Whether `key` of this generation is the projector's bookkeeping (its meta, positions or healing),
     /// not the read model itself: a digest leaves these out.
     pub fn is_bookkeeping(&self, key: &str) -> bool {
-        key == self.meta() || key == self.healing() || (key.starts_with(&self.base()) && key.ends_with("}:position"))
+        key == self.meta()
+            || key == self.healing()
+            || key == self.api_key_epoch()
+            || (key.starts_with(&self.base()) && key.ends_with("}:position"))
     }
 
     /// Every key of this generation matches this pattern (for SCAN).
@@ -159,6 +163,14 @@ impl Keyspace {
 
     pub fn api_key_sha(&self, sha256_hex: &str) -> String {
         format!("{}:{{apikeys}}:sha:{sha256_hex}", self.base())
+    }
+
+    /// The key index's epoch: a token the write script replaces whenever it applies an API-key event.
+    /// An API instance that keeps keys in memory drops them all when it reads a different one (or none),
+    /// so a revoked key is refused as soon as the new epoch is read. Bookkeeping: two builds of the same
+    /// events hold different tokens.
+    pub fn api_key_epoch(&self) -> String {
+        format!("{}:{{apikeys}}:epoch", self.base())
     }
 }
 
@@ -250,6 +262,7 @@ mod tests {
         let ks = Keyspace::new("rm", 2);
         assert!(ks.is_bookkeeping(&ks.position("position-3")));
         assert!(ks.is_bookkeeping(&ks.healing()) && ks.is_bookkeeping(&ks.meta()));
+        assert!(ks.is_bookkeeping(&ks.api_key_epoch()) && !ks.is_bookkeeping(&ks.api_key_sha("ab")));
         assert!(!ks.is_bookkeeping(&ks.studies("o")) && !ks.is_bookkeeping(&ks.at(3).healing()));
     }
 
@@ -257,6 +270,7 @@ mod tests {
     fn api_keys_live_in_their_own_slot_and_keys_carry_the_generation() {
         let ks = Keyspace::new("rm", 7);
         assert_eq!(hash_tag(&ks.api_key_sha("ab")), "apikeys");
+        assert_eq!(hash_tag(&ks.api_key_epoch()), "apikeys");
         assert_eq!(hash_tag(&ks.aggregate(Topic::ApiKey, "org", "k")), "apikeys");
         assert_eq!(ks.aggregate(Topic::Study, "o", "s"), "rm:g7:{o}:study:s");
         assert_eq!(ks.transcript("o", "i:1"), "rm:g7:{o}:transcript:i:1");

@@ -9,7 +9,10 @@ use tokio::sync::oneshot;
 
 use crate::events::Outgoing;
 use crate::kafka::{self, Topics};
-use crate::{env, runner, unique};
+use crate::{env, eventually, runner, unique};
+
+/// How long after the projector applied a key's deletion (or replacement) every API instance refuses it.
+pub const REVOCATION: Duration = Duration::from_secs(1);
 
 pub struct TestApp {
     pub address: String,
@@ -67,6 +70,15 @@ impl TestApp {
     /// GET from the admin listener.
     pub async fn admin_get(&self, path: &str) -> reqwest::Response {
         self.client.get(format!("{}{path}", self.admin)).send().await.expect("request sent")
+    }
+
+    /// Waits for `key` to be refused, for at most the time the API promises a revocation takes: every
+    /// instance refuses a key within a second of the projector applying its deletion.
+    pub async fn refused_within_a_second(&self, key: &str) {
+        eventually(REVOCATION, &format!("the key {key:?} to be refused"), || async {
+            (self.get("/v1/studies", Some(key)).await.status() == 401).then_some(())
+        })
+        .await
     }
 
     /// GET with the key and parse the JSON body; returns the status too.

@@ -1,9 +1,18 @@
 //! Revocation that always revokes: a key created again with a new secret, deleted later, leaves no secret
 //! it ever had valid, whatever the batching; and a secret claimed by a second key id never opens that
-//! key's organization.
+//! key's organization; and a key deleted while API instances are busy answering it (from memory) is
+//! refused by every one of them within a second.
 
-use end_to_end::api::World;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use end_to_end::api::{config, spawn_app, TestApp, World, REVOCATION};
 use end_to_end::fixture::{self, key_created, key_deleted};
+use end_to_end::{env, eventually, kafka, metrics, redis};
+use redis::AsyncCommands;
+use serde_json::json;
+use shared::Keyspace;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_created_again_keeps_only_its_new_secret_and_deleting_it_revokes_every_secret_it_had() {
@@ -13,10 +22,11 @@ async fn a_key_created_again_keeps_only_its_new_secret_and_deleting_it_revokes_e
     // Created again in a later batch, after the first secret was indexed.
     world.publish(&[key_created("org_re", "k1", 2, "recreated-secret-b")]).await;
     assert_eq!(world.app.json("/v1/studies", "recreated-secret-b").await.0, 200);
-    assert_eq!(world.app.json("/v1/studies", "recreated-secret-a").await.0, 401, "the replaced secret is retired");
+    // The replaced secret is retired.
+    world.app.refused_within_a_second("recreated-secret-a").await;
     world.publish(&[key_deleted("org_re", "k1", 3)]).await;
     for secret in ["recreated-secret-a", "recreated-secret-b"] {
-        assert_eq!(world.app.json("/v1/studies", secret).await.0, 401, "{secret} after the deletion");
+        world.app.refused_within_a_second(secret).await;
     }
 
     // Both creations in one publish (so, as a rule, one batch), then the deletion: the same end.
@@ -29,7 +39,7 @@ async fn a_key_created_again_keeps_only_its_new_secret_and_deleting_it_revokes_e
     assert_eq!(world.app.json("/v1/studies", "recreated-secret-c").await.0, 401);
     assert_eq!(world.app.json("/v1/studies", "recreated-secret-d").await.0, 200);
     world.publish(&[key_deleted("org_re", "k2", 3)]).await;
-    assert_eq!(world.app.json("/v1/studies", "recreated-secret-d").await.0, 401);
+    world.app.refused_within_a_second("recreated-secret-d").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -52,4 +62,78 @@ async fn a_secret_claimed_by_a_second_key_id_stays_with_the_first_and_the_claim_
     world.publish(&[key_deleted("org_second", "k2", 2)]).await;
     let (status, body) = world.app.json("/v1/studies", "shared-secret-s").await;
     assert!(status == 200 && only_first(&body), "{body}");
+}
+
+/// Two API instances under load keep the key in memory; the key is deleted while they are busy. Every
+/// request sent from a second after the projector applied the deletion is refused by both, none of them
+/// fails otherwise, and until the deletion the key was mostly answered from memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_deleted_under_load_is_refused_by_every_api_instance_within_a_second() {
+    const SECRET: &str = "deleted-under-load-key-1";
+    let key = fixture::key("org_load", "k_load", SECRET);
+    let study = fixture::completed_study("org_load", "s", "2026-03-01T00:00:00Z").messages;
+    let world = World::start(&[key.messages.clone(), study].concat()).await;
+    let other = spawn_app(config(&world.prefix, &env("REDIS_URL"))).await;
+    assert_eq!(world.app.json("/v1/studies", SECRET).await.0, 200);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut clients = Vec::new();
+    for app in [&world.app, &other] {
+        for _ in 0..6 {
+            let (url, client, stop) = (format!("{}/v1/studies", app.address), app.client.clone(), stop.clone());
+            clients.push(tokio::spawn(async move {
+                let mut seen = Vec::new();
+                while !stop.load(Ordering::Relaxed) {
+                    let sent = Instant::now();
+                    let status = client.get(&url).bearer_auth(SECRET).send().await.map(|r| r.status().as_u16());
+                    seen.push((sent, status.unwrap_or(0)));
+                }
+                seen
+            }));
+        }
+    }
+    let lookups = |app: &TestApp, source: &'static str| {
+        let admin = app.admin.clone();
+        let client = app.client.clone();
+        async move {
+            let text = client.get(format!("{admin}/metrics")).send().await.unwrap().text().await.unwrap();
+            metrics::sample(&text, "api_key_lookups_total", &[&format!("source=\"{source}\"")])
+        }
+    };
+    for app in [&world.app, &other] {
+        eventually(Duration::from_secs(5), "requests answered from keys kept in memory", || async {
+            (lookups(app, "memory").await > 100.0).then_some(())
+        })
+        .await;
+    }
+
+    // The deletion, and the moment Redis has it applied.
+    let mut conn = redis().await;
+    let generation: u64 = conn.get(Keyspace::active_generation(&world.prefix)).await.unwrap();
+    let entry = Keyspace::new(world.prefix.clone(), generation).api_key_sha(&query_api::auth::key_sha256(SECRET));
+    assert!(conn.exists::<_, bool>(&entry).await.unwrap());
+    let deletion = key.then("api_key.deleted", "2026-06-01T00:00:00Z", json!({})).messages[1..].to_vec();
+    kafka::publish(&kafka::producer(), &world.topics, &deletion).await;
+    let applied = eventually(Duration::from_secs(30), "the deletion to be applied", || async {
+        let mut conn = redis().await;
+        (!conn.exists::<_, bool>(&entry).await.unwrap()).then(Instant::now)
+    })
+    .await;
+    tokio::time::sleep_until((applied + REVOCATION + Duration::from_millis(500)).into()).await;
+    stop.store(true, Ordering::Relaxed);
+
+    let mut seen = Vec::new();
+    for client in clients {
+        seen.extend(client.await.unwrap());
+    }
+    let late: Vec<_> = seen.iter().filter(|(sent, _)| *sent >= applied + REVOCATION).collect();
+    assert!(late.len() > 20, "the load went on past the promise: {} requests", late.len());
+    assert!(late.iter().all(|(_, status)| *status == 401), "a request sent a second after the deletion was served");
+    let other_statuses: Vec<_> = seen.iter().filter(|(_, status)| !matches!(status, 200 | 401)).collect();
+    assert!(other_statuses.is_empty(), "no request fails otherwise: {other_statuses:?}");
+    assert!(seen.iter().any(|(sent, status)| *sent < applied && *status == 200));
+    for app in [&world.app, &other] {
+        let (memory, redis) = (lookups(app, "memory").await, lookups(app, "redis").await);
+        assert!(memory > redis, "most lookups before the deletion came from memory: {memory} vs {redis}");
+    }
 }

@@ -2,7 +2,7 @@
 -- Every key is in one hash slot: the organization's, or the API-key slot.
 -- KEYS[1] state hash (seq, state)
 -- KEYS[2] index: the sorted set the record belongs to, or the API-key hash (KEYS[1] when there is none)
--- KEYS[3] the organization's document hash (KEYS[1] for API keys, which have no document)
+-- KEYS[3] the organization's document hash; for an API key, which has no document, the key index's epoch
 -- KEYS[4] the interview's transcript string (KEYS[1] for aggregates without one)
 -- KEYS[5..] for an API key: the index entries of the hashes it had before (retired), in the same slot
 -- ARGV[1] sequence the outcome was folded from   ARGV[2] new sequence   ARGV[3] state json
@@ -11,6 +11,8 @@
 -- ARGV[7] index op: none | add | remove | key-live | key-revoked
 -- ARGV[8] score (add) or organization (key-live)
 -- ARGV[9] transcript op: keep | append | delete   ARGV[10] cues to append   ARGV[11] transcript header
+-- ARGV[12] for an API key: a token never used before, the key index's new epoch (API instances that keep
+-- keys in memory drop them when the epoch changes)
 -- A transcript is appended to with APPEND, which costs the size of the cues, not of the transcript; the
 -- header is written only when the transcript is created.
 -- An index entry belongs to the first key id that claimed it: key-live never takes over another key's entry
@@ -33,6 +35,10 @@ local op = ARGV[7]
 local index_kind = (op == 'add' or op == 'remove') and 'zset' or 'hash'
 local ok = holds(KEYS[1], 'hash') and (op == 'none' or holds(KEYS[2], index_kind))
   and (ARGV[5] == 'none' or holds(KEYS[3], 'hash')) and (ARGV[9] == 'keep' or holds(KEYS[4], 'string'))
+local key_op = op == 'key-live' or op == 'key-revoked'
+if key_op then
+  ok = ok and holds(KEYS[3], 'string')
+end
 for i = 5, #KEYS do
   ok = ok and holds(KEYS[i], 'hash')
 end
@@ -52,7 +58,8 @@ elseif op == 'remove' then
   redis.call('ZREM', KEYS[2], id)
 end
 local claim = 'APPLIED'
-if op == 'key-live' or op == 'key-revoked' then
+if key_op then
+  redis.call('SET', KEYS[3], ARGV[12])
   for i = 5, #KEYS do
     if redis.call('HGET', KEYS[i], 'key') == id then
       redis.call('DEL', KEYS[i])

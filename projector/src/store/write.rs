@@ -50,8 +50,9 @@ impl WriteScript {
             (State::ApiKey(k), _) => keys.api_key_sha(k.sha256.as_deref().unwrap_or_default()),
         };
         let document_op = if outcome.document.is_some() { "set" } else { "delete" };
+        // An API key has no document; its third key is the key index's epoch, replaced by every key event.
         let (documents_key, document_op) = match topic {
-            Topic::ApiKey => (state_key.clone(), "none"),
+            Topic::ApiKey => (keys.api_key_epoch(), "none"),
             Topic::Study => (keys.study_documents(org), document_op),
             Topic::Interview => (keys.interview_documents(org), document_op),
         };
@@ -98,7 +99,11 @@ impl WriteScript {
             .arg(score_or_org)
             .arg(transcript_op)
             .arg(cues)
-            .arg(TRANSCRIPT_HEADER);
+            .arg(TRANSCRIPT_HEADER)
+            .arg(match topic {
+                Topic::ApiKey => uuid::Uuid::new_v4().simple().to_string(),
+                _ => String::new(),
+            });
         invocation
     }
 

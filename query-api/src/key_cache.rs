@@ -1,0 +1,168 @@
+//! API keys kept in memory, so that a request in steady state authenticates without a Redis round trip,
+//! and a revoked key is still refused by every instance within a second.
+//!
+//! Every API-key event the projector applies writes a new token to the key index's epoch
+//! (`Keyspace::api_key_epoch`). Each entry here is tagged with the epoch that Redis held when the entry
+//! was read (the organization and the epoch come from one atomic read), and the background refresh reads
+//! the epoch a few times a second. An entry answers only while:
+//! - its epoch and generation are the ones the last refresh read, and
+//! - that refresh started less than [`TRUSTED_FOR`] ago.
+//!
+//! So a key deleted at time t is refused from the first refresh that starts after t (a quarter of a
+//! second later by default), and never later than t + [`TRUSTED_FOR`], even when the refreshes fail: past
+//! that, every request asks Redis again. A different epoch (a key event, a rollback, a flush, a new
+//! generation) drops every entry. Only keys that authenticated are kept, at most `capacity` of them, so an
+//! attacker's made-up keys never take memory; past the capacity new keys are simply not kept.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+use std::time::{Duration, Instant};
+
+/// How long after its start a refresh that read the epoch vouches for the entries of that epoch.
+pub const TRUSTED_FOR: Duration = Duration::from_millis(750);
+
+/// The epoch of one generation's key index, as one read found it. `token` is `None` when the index has
+/// no epoch (a read model written before epochs existed): then nothing is kept.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Epoch {
+    pub generation: u64,
+    pub token: Option<String>,
+}
+
+pub struct KeyCache {
+    capacity: usize,
+    inner: RwLock<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    /// The epoch the last refresh read, and when that refresh started.
+    current: Option<(Epoch, Instant)>,
+    /// Key SHA-256 → organization, all of `current`'s epoch.
+    entries: HashMap<[u8; 32], String>,
+}
+
+impl KeyCache {
+    /// A cache of at most `capacity` keys; `None` when `capacity` is 0 (every request asks Redis).
+    pub fn new(capacity: usize) -> Option<Self> {
+        (capacity > 0).then(|| Self { capacity, inner: RwLock::default() })
+    }
+
+    /// The organization of a key in `generation`, if it is kept and still vouched for at `now`.
+    pub fn get(&self, sha256: &[u8; 32], generation: u64, now: Instant) -> Option<String> {
+        let inner = self.inner.read().expect("key cache");
+        let (epoch, read_at) = inner.current.as_ref()?;
+        if epoch.generation != generation || now.saturating_duration_since(*read_at) >= TRUSTED_FOR {
+            return None;
+        }
+        inner.entries.get(sha256).cloned()
+    }
+
+    /// Keeps what a request read from Redis: the key's organization and the epoch read with it. Kept only
+    /// when that epoch is the current one: an entry of another epoch could be older than a revocation.
+    pub fn insert(&self, sha256: [u8; 32], org: &str, epoch: &Epoch) {
+        if epoch.token.is_none() {
+            return;
+        }
+        let mut inner = self.inner.write().expect("key cache");
+        let current = inner.current.as_ref().map(|(e, _)| e);
+        if current != Some(epoch) || inner.entries.len() >= self.capacity {
+            return;
+        }
+        inner.entries.insert(sha256, org.to_string());
+    }
+
+    /// Records what a refresh that started at `started` read. A different epoch drops every entry.
+    pub fn refreshed(&self, epoch: Epoch, started: Instant) {
+        let mut inner = self.inner.write().expect("key cache");
+        if inner.current.as_ref().map(|(e, _)| e) != Some(&epoch) {
+            inner.entries.clear();
+        }
+        inner.current = Some((epoch, started));
+    }
+
+    /// Drops everything, until the next refresh (the read model is not known to be complete).
+    pub fn forget(&self) {
+        let mut inner = self.inner.write().expect("key cache");
+        inner.entries.clear();
+        inner.current = None;
+    }
+
+    /// How many keys are kept.
+    pub fn len(&self) -> usize {
+        self.inner.read().expect("key cache").entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn epoch(generation: u64, token: &str) -> Epoch {
+        Epoch { generation, token: Some(token.into()) }
+    }
+
+    const KEY: [u8; 32] = [7; 32];
+
+    #[test]
+    fn a_key_is_served_from_memory_only_while_its_epoch_is_current_and_recently_read() {
+        let cache = KeyCache::new(10).unwrap();
+        let t0 = Instant::now();
+        cache.refreshed(epoch(1, "a"), t0);
+        cache.insert(KEY, "org", &epoch(1, "a"));
+        assert_eq!(cache.get(&KEY, 1, t0 + Duration::from_millis(10)).as_deref(), Some("org"));
+        // No refresh vouched for it lately: Redis is asked again.
+        assert_eq!(cache.get(&KEY, 1, t0 + TRUSTED_FOR), None);
+        // The same epoch read again keeps the entry.
+        cache.refreshed(epoch(1, "a"), t0 + TRUSTED_FOR);
+        assert_eq!(cache.get(&KEY, 1, t0 + TRUSTED_FOR).as_deref(), Some("org"));
+        // A request of another generation never reads this one's keys.
+        assert_eq!(cache.get(&KEY, 2, t0 + TRUSTED_FOR), None);
+    }
+
+    #[test]
+    fn another_epoch_or_generation_drops_every_key() {
+        let cache = KeyCache::new(10).unwrap();
+        let t0 = Instant::now();
+        for next in [epoch(1, "b"), epoch(2, "a"), Epoch { generation: 1, token: None }] {
+            cache.refreshed(epoch(1, "a"), t0);
+            cache.insert(KEY, "org", &epoch(1, "a"));
+            assert!(!cache.is_empty());
+            cache.refreshed(next.clone(), t0);
+            assert_eq!(cache.get(&KEY, 1, t0), None, "{next:?}");
+        }
+    }
+
+    #[test]
+    fn what_was_read_under_another_epoch_is_not_kept() {
+        let cache = KeyCache::new(10).unwrap();
+        let t0 = Instant::now();
+        // Before any refresh, and for a read that saw an epoch the refresh has not (or no longer) seen.
+        cache.insert(KEY, "org", &epoch(1, "a"));
+        cache.refreshed(epoch(1, "b"), t0);
+        cache.insert(KEY, "org", &epoch(1, "a"));
+        cache.insert(KEY, "org", &Epoch { generation: 1, token: None });
+        assert!(cache.is_empty());
+        cache.refreshed(Epoch { generation: 1, token: None }, t0);
+        cache.insert(KEY, "org", &Epoch { generation: 1, token: None });
+        assert!(cache.is_empty(), "a read model without an epoch is never kept in memory");
+    }
+
+    #[test]
+    fn the_cache_holds_at_most_its_capacity_and_forgets_on_demand() {
+        let cache = KeyCache::new(2).unwrap();
+        let t0 = Instant::now();
+        cache.refreshed(epoch(1, "a"), t0);
+        for i in 0..5u8 {
+            cache.insert([i; 32], "org", &epoch(1, "a"));
+        }
+        assert_eq!(cache.len(), 2);
+        cache.forget();
+        assert!(cache.is_empty() && cache.get(&[0; 32], 1, t0).is_none());
+        assert!(KeyCache::new(0).is_none());
+    }
+}
