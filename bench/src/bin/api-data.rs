@@ -23,13 +23,30 @@ struct Args {
     /// Interviews, each with a video and a transcript, of its first study.
     #[arg(long, default_value_t = 100)]
     interviews: usize,
+    /// More organizations, each with its own API key and 20 completed studies (for the API's memory with
+    /// many keys in use).
+    #[arg(long, default_value_t = 0)]
+    organizations: usize,
+    /// Where to write those organizations' API keys, one a line.
+    #[arg(long, requires = "organizations")]
+    keys_out: Option<std::path::PathBuf>,
 }
 
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
     let (org, secret) = ("org-api-bench", "api-bench-secret-0001");
-    let messages = stream::api_dataset(org, secret, args.studies, args.interviews);
+    let mut messages = stream::api_dataset(org, secret, args.studies, args.interviews);
+    let others: Vec<(String, String)> = (0..args.organizations)
+        .map(|i| (format!("org-api-bench-{i:04}"), format!("api-bench-org-secret-{i:04}")))
+        .collect();
+    for (org, secret) in &others {
+        messages.extend(stream::api_dataset(org, secret, 20, 0));
+    }
+    if let Some(path) = &args.keys_out {
+        let lines: String = others.iter().map(|(_, secret)| format!("{secret}\n")).collect();
+        std::fs::write(path, lines)?;
+    }
     let store = apply::store(&Target::Single(args.redis_url.clone()), &args.prefix).await?;
     let keys = store.keys().clone();
     let mut conn = store.conn();
