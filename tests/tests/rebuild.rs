@@ -11,6 +11,7 @@ use end_to_end::api::{self, spawn_app};
 use end_to_end::events::Outgoing;
 use end_to_end::fixture;
 use end_to_end::kafka::{self, Topics};
+use end_to_end::own_redis::OwnRedis;
 use end_to_end::scenario::{self, Scenario};
 use end_to_end::{env, eventually, read_model, redis, runner};
 use redis::AsyncCommands;
@@ -174,4 +175,38 @@ async fn a_rebuild_whose_generation_lost_its_data_starts_over_and_says_so() {
     let studies: Vec<String> = redis().await.zrange(keys.studies("org"), 0, -1).await.unwrap();
     assert_eq!(studies, ["s1"]);
     live.stop().await;
+}
+
+/// Redis stalls (every client paused, past the projector's Redis timeout) between the switch and the
+/// deletion of the old generation: the rebuild waits it out, deletes the old generation, and succeeds,
+/// instead of failing after it switched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_deletes_the_old_generation_even_when_redis_stalls_after_the_switch() {
+    let redis = OwnRedis::start();
+    let messages = fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let prefix = end_to_end::unique("rb-stall");
+    let mut config = runner::config(&topics, &prefix, &end_to_end::unique("g"));
+    (config.redis_url, config.redis_cluster, config.redis_timeout_ms) = (redis.url(), false, 200);
+    runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
+    let mut conn = ::redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let generation_1 = Keyspace::new(prefix.clone(), 1);
+    let count = |conn: &mut ::redis::aio::MultiplexedConnection| {
+        let mut conn = conn.clone();
+        let pattern = generation_1.pattern();
+        async move { conn.keys::<_, Vec<String>>(pattern).await.unwrap().len() }
+    };
+    assert!(count(&mut conn).await > 10);
+
+    let rebuild = tokio::spawn(runner::rebuild(config));
+    eventually(Duration::from_secs(60), "the switch to generation 2", || async {
+        let active: Option<u64> = conn.clone().get(Keyspace::active_generation(&prefix)).await.unwrap();
+        (active == Some(2)).then_some(())
+    })
+    .await;
+    // The old generation is deleted a second after the switch: Redis answers nobody for 2.5 s from now.
+    redis.cli(&["CLIENT", "PAUSE", "2500", "ALL"]);
+    let switched = rebuild.await.expect("the rebuild task").expect("the rebuild succeeds");
+    assert_eq!(switched, Some(2));
+    assert_eq!(count(&mut conn).await, 0, "the old generation is deleted");
 }

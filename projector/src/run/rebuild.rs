@@ -21,6 +21,7 @@ use shared::Keyspace;
 use tokio::sync::watch;
 
 use super::{control, handover, Projector};
+use crate::backoff::Backoff;
 use crate::batch::Step;
 use crate::config::Config;
 use crate::observe::now;
@@ -130,7 +131,23 @@ pub async fn run(
         _ = stopped.wait_for(|stop| *stop) => {}
         _ = tokio::time::sleep(options.grace) => {}
     }
-    let keys = store::delete_generation(&mut conn, &Keyspace::new(prefix, old)).await?;
+    // The switch is done: a Redis that stalls or times out now delays the clean-up, it does not fail the
+    // rebuild. Deleting is idempotent, so it is tried again until it succeeds, for up to a minute.
+    let old_keys = Keyspace::new(prefix, old);
+    let give_up = Instant::now() + Duration::from_secs(60);
+    let mut backoff = Backoff::new();
+    let keys = loop {
+        match store::delete_generation(&mut conn, &old_keys).await {
+            Ok(keys) => break keys,
+            Err(e) if Instant::now() < give_up => {
+                tracing::warn!(error = %e, generation = old, "deleting the old generation failed; trying again");
+                if !backoff.wait(&mut stopped).await {
+                    return Ok(Some(generation));
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    };
     notify(Notice::Deleted { generation: old, keys });
     Ok(Some(generation))
 }
