@@ -43,6 +43,9 @@ pub struct Metrics {
     /// API keys found in memory (`crate::key_cache`), and looked up in Redis.
     pub key_lookups_memory: Counter,
     pub key_lookups_redis: Counter,
+    /// Data reads answered from memory (`crate::read_cache`), and from Redis, while reads are kept.
+    pub reads_memory: Counter,
+    pub reads_redis: Counter,
 }
 
 impl Default for Metrics {
@@ -70,6 +73,14 @@ impl Default for Metrics {
         );
         let key_lookups_memory = key_lookups.get_or_create(&SourceLabels { source: "memory" }).clone();
         let key_lookups_redis = key_lookups.get_or_create(&SourceLabels { source: "redis" }).clone();
+        let reads = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "reads",
+            "Data reads while reads are kept in memory (READ_CACHE_MB), by where: `memory` or `redis`",
+            reads.clone(),
+        );
+        let reads_memory = reads.get_or_create(&SourceLabels { source: "memory" }).clone();
+        let reads_redis = reads.get_or_create(&SourceLabels { source: "redis" }).clone();
         Self {
             registry,
             requests,
@@ -79,6 +90,8 @@ impl Default for Metrics {
             video_links_refused,
             key_lookups_memory,
             key_lookups_redis,
+            reads_memory,
+            reads_redis,
         }
     }
 }

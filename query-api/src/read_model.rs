@@ -1,5 +1,7 @@
 //! Reads of the Redis read model. Each answer is one script or command in one hash slot, so a page's
 //! total and items come from one consistent view, and every call is bounded by the connection's timeout.
+//! Every read of an organization also returns the organization's epoch as it was at that moment
+//! (`Keyspace::org_epoch`), for what keeps reads in memory (`crate::read_cache`).
 
 use std::future::Future;
 use std::sync::LazyLock;
@@ -21,13 +23,24 @@ pub struct Page<T> {
 /// A stored interview document and its transcript.
 pub type StoredInterview = (String, Option<String>);
 
+/// An organization's epoch, with which each read of it is tagged: `None` when it has none.
+pub type Epoch = Option<String>;
+
 /// A page of completed studies and their total (public so that benchmarks run the same script).
 pub const STUDIES_PAGE: &str = r"
--- KEYS[1] completed studies (sorted set), KEYS[2] study documents (hash); ARGV[1] start, ARGV[2] stop
+-- KEYS[1] completed studies (sorted set), KEYS[2] study documents (hash), KEYS[3] the organization's epoch;
+-- ARGV[1] start, ARGV[2] stop
 local total = redis.call('ZCARD', KEYS[1])
+local epoch = redis.call('GET', KEYS[3])
 local ids = redis.call('ZREVRANGE', KEYS[1], ARGV[1], ARGV[2])
-if #ids == 0 then return {total, {}} end
-return {total, redis.call('HMGET', KEYS[2], unpack(ids))}
+if #ids == 0 then return {total, {}, epoch} end
+return {total, redis.call('HMGET', KEYS[2], unpack(ids)), epoch}
+";
+
+/// One completed study's document.
+pub const ONE_STUDY: &str = r"
+-- KEYS[1] study documents, KEYS[2] the organization's epoch; ARGV[1] study id
+return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('GET', KEYS[2])}
 ";
 
 /// A page of a completed study's interviews with their transcripts, and their total. The transcripts'
@@ -38,26 +51,28 @@ return {total, redis.call('HMGET', KEYS[2], unpack(ids))}
 /// the script answers MOVING instead of a page with a transcript missing: the page is then read one key
 /// at a time, each read following the slot wherever its key is (see [`ReadModel::interviews`]).
 pub const INTERVIEWS_PAGE: &str = r"
--- KEYS[1] completed studies, KEYS[2] the study's visible interviews, KEYS[3] interview documents;
--- ARGV[1] study id, ARGV[2] start, ARGV[3] stop, ARGV[4] the prefix of the organization's transcript keys.
--- Nil when the study is not completed.
+-- KEYS[1] completed studies, KEYS[2] the study's visible interviews, KEYS[3] interview documents, KEYS[4]
+-- the organization's epoch; ARGV[1] study id, ARGV[2] start, ARGV[3] stop, ARGV[4] the prefix of the
+-- organization's transcript keys. Nil when the study is not completed.
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return false end
+local epoch = redis.call('GET', KEYS[4])
 local total = redis.call('ZCARD', KEYS[2])
 local ids = redis.call('ZREVRANGE', KEYS[2], ARGV[2], ARGV[3])
-if #ids == 0 then return {total, {}, {}} end
+if #ids == 0 then return {total, {}, {}, epoch} end
 local keys = {KEYS[3]}
 for i, id in ipairs(ids) do keys[i + 1] = ARGV[4] .. id end
 local transcripts = redis.pcall('MGET', unpack(keys))
 if transcripts.err then return redis.error_reply('MOVING the page is moving between cluster nodes') end
 -- MGET answers nil for KEYS[3], a hash.
 table.remove(transcripts, 1)
-return {total, redis.call('HMGET', KEYS[3], unpack(ids)), transcripts}
+return {total, redis.call('HMGET', KEYS[3], unpack(ids)), transcripts, epoch}
 ";
 
 /// One interview's document and transcript.
 pub const ONE_INTERVIEW: &str = r"
--- KEYS[1] interview documents, KEYS[2] the interview's transcript; ARGV[1] interview id
-return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('GET', KEYS[2])}
+-- KEYS[1] interview documents, KEYS[2] the interview's transcript, KEYS[3] the organization's epoch;
+-- ARGV[1] interview id
+return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])}
 ";
 
 /// The organization of an API key and the key index's epoch, read together (one slot, `{apikeys}`), so
@@ -69,6 +84,7 @@ return {redis.call('HGET', KEYS[1], 'org'), redis.call('GET', KEYS[2])}
 
 static KEY_ORGANIZATION_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(KEY_ORGANIZATION));
 static STUDIES_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STUDIES_PAGE));
+static ONE_STUDY_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_STUDY));
 static INTERVIEWS_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INTERVIEWS_PAGE));
 static ONE_INTERVIEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_INTERVIEW));
 
@@ -152,17 +168,17 @@ impl ReadModel {
         self.query(&cmd).await
     }
 
-    pub async fn studies(&self, keys: &Keyspace, org: &str, page: Pagination) -> RedisResult<Page<String>> {
+    pub async fn studies(&self, keys: &Keyspace, org: &str, page: Pagination) -> RedisResult<(Page<String>, Epoch)> {
         let mut invocation = STUDIES_PAGE_SCRIPT.key(keys.studies(org));
-        invocation.key(keys.study_documents(org)).arg(page.start()).arg(page.stop());
-        let (total, docs): (u64, Vec<Option<String>>) = self.invoke(&invocation).await?;
-        Ok(Page { total, items: docs.into_iter().flatten().collect() })
+        invocation.key(keys.study_documents(org)).key(keys.org_epoch(org)).arg(page.start()).arg(page.stop());
+        let (total, docs, epoch): (u64, Vec<Option<String>>, Epoch) = self.invoke(&invocation).await?;
+        Ok((Page { total, items: docs.into_iter().flatten().collect() }, epoch))
     }
 
-    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Option<String>> {
-        let mut cmd = redis::cmd("HGET");
-        cmd.arg(keys.study_documents(org)).arg(id);
-        self.query(&cmd).await
+    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<(Option<String>, Epoch)> {
+        let mut invocation = ONE_STUDY_SCRIPT.key(keys.study_documents(org));
+        invocation.key(keys.org_epoch(org)).arg(id);
+        self.invoke(&invocation).await
     }
 
     /// A page of a study's interviews; `None` when the study is not a completed study of the organization.
@@ -172,12 +188,13 @@ impl ReadModel {
         org: &str,
         study_id: &str,
         page: Pagination,
-    ) -> RedisResult<Option<Page<StoredInterview>>> {
-        type Reply = Option<(u64, Vec<Option<String>>, Vec<Option<String>>)>;
+    ) -> RedisResult<Option<(Page<StoredInterview>, Epoch)>> {
+        type Reply = Option<(u64, Vec<Option<String>>, Vec<Option<String>>, Epoch)>;
         let mut invocation = INTERVIEWS_PAGE_SCRIPT.key(keys.studies(org));
         invocation
             .key(keys.interviews(org, study_id))
             .key(keys.interview_documents(org))
+            .key(keys.org_epoch(org))
             .arg(study_id)
             .arg(page.start())
             .arg(page.stop())
@@ -201,22 +218,22 @@ impl ReadModel {
             }
             other => other?,
         };
-        Ok(reply.map(|(total, docs, transcripts)| Page {
-            total,
-            items: docs.into_iter().zip(transcripts).filter_map(|(doc, t)| Some((doc?, t))).collect(),
+        Ok(reply.map(|(total, docs, transcripts, epoch)| {
+            let items = docs.into_iter().zip(transcripts).filter_map(|(doc, t)| Some((doc?, t))).collect();
+            (Page { total, items }, epoch)
         }))
     }
 
     /// The interviews page as separate reads of one key each, while the organization's slot moves: each
     /// read follows its key to the primary that has it. Not one view of the organization as the script's,
-    /// but every part of it is what Redis holds.
+    /// but every part of it is what Redis holds; so it has no epoch, and is never kept in memory.
     async fn interviews_key_by_key(
         &self,
         keys: &Keyspace,
         org: &str,
         study_id: &str,
         page: Pagination,
-    ) -> RedisResult<Option<(u64, Vec<Option<String>>, Vec<Option<String>>)>> {
+    ) -> RedisResult<Option<(u64, Vec<Option<String>>, Vec<Option<String>>, Epoch)>> {
         let mut completed = redis::cmd("ZSCORE");
         completed.arg(keys.studies(org)).arg(study_id);
         if self.query::<Option<f64>>(&completed).await?.is_none() {
@@ -227,7 +244,7 @@ impl ReadModel {
         let ids: Vec<String> =
             self.query(redis::cmd("ZREVRANGE").arg(&listed).arg(page.start()).arg(page.stop())).await?;
         if ids.is_empty() {
-            return Ok(Some((total, Vec::new(), Vec::new())));
+            return Ok(Some((total, Vec::new(), Vec::new(), None)));
         }
         let docs: Vec<Option<String>> =
             self.query(redis::cmd("HMGET").arg(keys.interview_documents(org)).arg(&ids)).await?;
@@ -241,14 +258,34 @@ impl ReadModel {
             });
             transcripts.extend(futures::future::try_join_all(gets).await?);
         }
-        Ok(Some((total, docs, transcripts)))
+        Ok(Some((total, docs, transcripts, None)))
     }
 
-    pub async fn interview(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Option<StoredInterview>> {
+    pub async fn interview(
+        &self,
+        keys: &Keyspace,
+        org: &str,
+        id: &str,
+    ) -> RedisResult<(Option<StoredInterview>, Epoch)> {
         let mut invocation = ONE_INTERVIEW_SCRIPT.key(keys.interview_documents(org));
-        invocation.key(keys.transcript(org, id)).arg(id);
-        let (doc, transcript): (Option<String>, Option<String>) = self.invoke(&invocation).await?;
-        Ok(doc.map(|doc| (doc, transcript)))
+        invocation.key(keys.transcript(org, id)).key(keys.org_epoch(org)).arg(id);
+        let (doc, transcript, epoch): (Option<String>, Option<String>, Epoch) = self.invoke(&invocation).await?;
+        Ok((doc.map(|doc| (doc, transcript)), epoch))
+    }
+
+    /// The epochs of these organizations, in their order (one command each: they may be in many slots).
+    pub async fn org_epochs(&self, keys: &Keyspace, orgs: &[String]) -> RedisResult<Vec<Epoch>> {
+        let commands: Vec<redis::Cmd> = orgs
+            .iter()
+            .map(|org| {
+                let mut get = redis::cmd("GET");
+                get.arg(keys.org_epoch(org));
+                get
+            })
+            .collect();
+        let mut conn = self.conn.clone();
+        let replies = conn.query_all(&commands).await?;
+        replies.into_iter().map(|reply| Ok(redis::from_redis_value(reply)?)).collect()
     }
 
     /// How many partitions the generation is being projected again on after Redis lost data (0: none,

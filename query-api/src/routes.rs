@@ -39,7 +39,7 @@ pub async fn list_studies(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let page = Pagination::parse(query.as_deref())?;
-    let found = state.read_model().await?.studies(&org.keys, &org.id, page).await?;
+    let found = state.studies(&org, page).await?;
     let mut body = Body::with_capacity(64 + found.items.iter().map(|doc| doc.len() + 1).sum::<usize>());
     body.open_page();
     for (i, doc) in found.items.iter().enumerate() {
@@ -70,8 +70,9 @@ pub async fn get_study(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Study>, ApiError> {
     let Ok(Path(id)) = id else { return Err(ApiError::NotFound("study")) };
-    let doc = state.read_model().await?.study(&org.keys, &org.id, &id).await?.ok_or(ApiError::NotFound("study"))?;
-    let doc: StudyDocument = serde_json::from_str(&doc).map_err(internal)?;
+    let stored = state.study(&org, &id).await?;
+    let doc = stored.as_deref().ok_or(ApiError::NotFound("study"))?;
+    let doc: StudyDocument = serde_json::from_str(doc).map_err(internal)?;
     Ok(Json(Study {
         id: doc.id,
         internal_title: doc.internal_title,
@@ -103,8 +104,7 @@ pub async fn list_interviews(
 ) -> Result<Response, ApiError> {
     let Ok(Path(study_id)) = study_id else { return Err(ApiError::NotFound("study")) };
     let page = Pagination::parse(query.as_deref())?;
-    let read_model = state.read_model().await?;
-    let found = read_model.interviews(&org.keys, &org.id, &study_id, page).await?.ok_or(ApiError::NotFound("study"))?;
+    let found = state.interviews(&org, &study_id, page).await?.ok_or(ApiError::NotFound("study"))?;
     let mut body = Body::with_capacity(64 + found.items.iter().map(served_size).sum::<usize>());
     let mut links = state.presigner().map(Presigner::links);
     body.open_page();
@@ -136,11 +136,11 @@ pub async fn get_interview(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Ok(Path(id)) = id else { return Err(ApiError::NotFound("interview")) };
-    let read_model = state.read_model().await?;
-    let stored = read_model.interview(&org.keys, &org.id, &id).await?.ok_or(ApiError::NotFound("interview"))?;
-    let mut body = Body::with_capacity(served_size(&stored));
+    let found = state.interview(&org, &id).await?;
+    let stored = found.as_ref().as_ref().ok_or(ApiError::NotFound("interview"))?;
+    let mut body = Body::with_capacity(served_size(stored));
     let mut links = state.presigner().map(Presigner::links);
-    interview(&state, &mut body, &stored, &mut links).await?;
+    interview(&state, &mut body, stored, &mut links).await?;
     Ok(json(body))
 }
 

@@ -15,6 +15,7 @@ use crate::key_cache::{Epoch, KeyCache};
 use crate::metrics::Metrics;
 use crate::presign::Presigner;
 use crate::rate_limit::RateLimit;
+use crate::read_cache::ReadCache;
 use crate::read_model::ReadModel;
 
 #[derive(Clone)]
@@ -45,6 +46,9 @@ struct Inner {
     rate_limit: Option<RateLimit>,
     /// API keys kept in memory, checked against the key index's epoch on every refresh.
     key_cache: Option<KeyCache>,
+    /// Reads kept in memory, checked against their organizations' epochs on every refresh (off unless
+    /// READ_CACHE_MB is set).
+    read_cache: Option<ReadCache>,
     metrics: Arc<Metrics>,
 }
 
@@ -66,6 +70,7 @@ impl AppState {
             presigner,
             rate_limit: RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst),
             key_cache: KeyCache::new(config.api_key_cache_size),
+            read_cache: ReadCache::new(config.read_cache_mb as usize * 1024 * 1024),
             metrics: Arc::default(),
         })))
     }
@@ -122,6 +127,11 @@ impl AppState {
         self.0.key_cache.as_ref()
     }
 
+    /// The reads kept in memory, when that is on.
+    pub fn read_cache(&self) -> Option<&ReadCache> {
+        self.0.read_cache.as_ref()
+    }
+
     /// The per-key rate limit, when one is configured.
     pub fn rate_limit(&self) -> Option<&RateLimit> {
         self.0.rate_limit.as_ref()
@@ -142,6 +152,9 @@ impl AppState {
             Ok(Some(generation)) => generation,
             Ok(None) => {
                 if let Some(cache) = self.key_cache() {
+                    cache.forget();
+                }
+                if let Some(cache) = self.read_cache() {
                     cache.forget();
                 }
                 if self.0.generation.load(Ordering::Acquire) != UNKNOWN
@@ -169,6 +182,18 @@ impl AppState {
                 Ok(token) if condition == COMPLETE => cache.refreshed(Epoch { generation, token }, started),
                 Ok(_) => cache.forget(),
                 Err(e) => tracing::warn!(error = %e, "could not read the key index's epoch"),
+            }
+        }
+        if let Some(cache) = self.read_cache() {
+            let orgs = if condition == COMPLETE { cache.organizations(generation) } else { Vec::new() };
+            if condition != COMPLETE {
+                cache.forget();
+            } else if !orgs.is_empty() {
+                let started = std::time::Instant::now();
+                match read_model.org_epochs(&keys, &orgs).await {
+                    Ok(epochs) => cache.refreshed(generation, orgs.into_iter().zip(epochs).collect(), started),
+                    Err(e) => tracing::warn!(error = %e, "could not read the organizations' epochs"),
+                }
             }
         }
         match read_model.projectors(&self.0.prefix).await {

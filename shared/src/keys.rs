@@ -20,6 +20,7 @@
 //! | `P:gN:{<org>}:interviews:<studyId>` | sorted set | completed visible interviews, score `createdAt` in µs |
 //! | `P:gN:{<org>}:interview-docs` | hash | id → document of each completed visible interview |
 //! | `P:gN:{<org>}:transcript:<id>` | string | the WebVTT transcript of an interview, appended to as messages arrive |
+//! | `P:gN:{<org>}:epoch` | string | a token written anew by every write to the organization, so API instances can keep its reads in memory |
 //! | `P:gN:{apikeys}:key:<keyId>` | hash | `seq`, `state` of an API key |
 //! | `P:gN:{apikeys}:sha:<sha256>` | hash | `org`, `key`: the organization a live key belongs to |
 //! | `P:gN:{apikeys}:epoch` | string | a token written anew whenever the key index changes, so API instances can keep keys in memory |
@@ -106,10 +107,15 @@ impl Keyspace {
     /// Whether `key` of this generation is the projector's bookkeeping (its meta, positions or healing),
     /// not the read model itself: a digest leaves these out.
     pub fn is_bookkeeping(&self, key: &str) -> bool {
-        key == self.meta()
-            || key == self.healing()
-            || key == self.api_key_epoch()
-            || (key.starts_with(&self.base()) && key.ends_with("}:position"))
+        if key == self.meta() || key == self.healing() {
+            return true;
+        }
+        // `base:{tag}:position` and `base:{tag}:epoch`; the tag ends at its first `}` (ids in tags are
+        // escaped), so no id standing last in another key can look like these.
+        let Some(tagged) = key.strip_prefix(&self.base()).and_then(|rest| rest.strip_prefix(":{")) else {
+            return false;
+        };
+        matches!(tagged.split_once('}'), Some((_, ":position" | ":epoch")))
     }
 
     /// Every key of this generation matches this pattern (for SCAN).
@@ -155,6 +161,13 @@ impl Keyspace {
     /// prefix every one of them shares (the id stands last).
     pub fn transcript(&self, org: &str, interview_id: &str) -> String {
         format!("{}:transcript:{interview_id}", self.org(org))
+    }
+
+    /// An organization's epoch: a token the write script replaces whenever it applies an event of the
+    /// organization. The API's page reads return it with the page, and an API instance that keeps reads
+    /// in memory drops an organization's when its epoch changes. Bookkeeping, like the key index's.
+    pub fn org_epoch(&self, org: &str) -> String {
+        format!("{}:epoch", self.org(org))
     }
 
     pub fn interviews(&self, org: &str, study_id: &str) -> String {
@@ -230,6 +243,7 @@ mod tests {
                 ks.interview_documents(org),
                 ks.transcript(org, "i"),
                 ks.interviews(org, "s"),
+                ks.org_epoch(org),
             ];
             for key in &keys {
                 assert_eq!(hash_tag(key), escape(org), "{key}");
@@ -263,6 +277,11 @@ mod tests {
         assert!(ks.is_bookkeeping(&ks.position("position-3")));
         assert!(ks.is_bookkeeping(&ks.healing()) && ks.is_bookkeeping(&ks.meta()));
         assert!(ks.is_bookkeeping(&ks.api_key_epoch()) && !ks.is_bookkeeping(&ks.api_key_sha("ab")));
+        assert!(ks.is_bookkeeping(&ks.org_epoch("o}:epoch")));
+        for id in ["x}:epoch", "x}:position", "}:epoch"] {
+            assert!(!ks.is_bookkeeping(&ks.aggregate(Topic::Study, "o", id)), "{id}");
+            assert!(!ks.is_bookkeeping(&ks.transcript("o", id)), "{id}");
+        }
         assert!(!ks.is_bookkeeping(&ks.studies("o")) && !ks.is_bookkeeping(&ks.at(3).healing()));
     }
 

@@ -12,6 +12,7 @@ mod http;
 mod media;
 mod operability;
 mod projection;
+mod read_cache;
 mod read_model_store;
 mod rebuild;
 mod redis_faults;

@@ -4,14 +4,14 @@
 
 use std::time::Duration;
 
-use end_to_end::api::{config, spawn_app, World};
+use end_to_end::api::{config, spawn_app, unsigned, World};
 use end_to_end::dump::dump;
 use end_to_end::fixture::{self, key, ACME, ACME_KEY};
 use end_to_end::kafka::{self, Topics, PARTITIONS};
 use end_to_end::scenario::{self, Scenario};
 use end_to_end::{env, eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
-use serde_json::{json, Value};
+use serde_json::json;
 use shared::Keyspace;
 
 /// Every partition of the three event topics.
@@ -90,22 +90,6 @@ async fn a_rebuild_switches_every_live_projector_of_the_group_once() {
     .await;
     one.stop().await;
     two.stop().await;
-}
-
-/// A body without its presigned links, which differ with the second they were signed in.
-fn unsigned(mut body: Value) -> Value {
-    fn strip(value: &mut Value) {
-        match value {
-            Value::Object(map) => {
-                map.remove("videoDownloadURL");
-                map.values_mut().for_each(strip);
-            }
-            Value::Array(items) => items.iter_mut().for_each(strip),
-            _ => {}
-        }
-    }
-    strip(&mut body);
-    body
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,6 +4,7 @@
 -- KEYS[2] index: the sorted set the record belongs to, or the API-key hash (KEYS[1] when there is none)
 -- KEYS[3] the organization's document hash; for an API key, which has no document, the key index's epoch
 -- KEYS[4] the interview's transcript string (KEYS[1] for aggregates without one)
+-- KEYS[5] for a study or an interview: the organization's epoch (a string)
 -- KEYS[5..] for an API key: the index entries of the hashes it had before (retired), in the same slot
 -- ARGV[1] sequence the outcome was folded from   ARGV[2] new sequence   ARGV[3] state json
 -- ARGV[4] aggregate id (member and document field)
@@ -11,8 +12,8 @@
 -- ARGV[7] index op: none | add | remove | key-live | key-revoked
 -- ARGV[8] score (add) or organization (key-live)
 -- ARGV[9] transcript op: keep | append | delete   ARGV[10] cues to append   ARGV[11] transcript header
--- ARGV[12] for an API key: a token never used before, the key index's new epoch (API instances that keep
--- keys in memory drop them when the epoch changes)
+-- ARGV[12] a token never used before: the new epoch of the key index (for an API key) or of the
+-- organization (API instances that keep keys or reads in memory drop them when the epoch changes)
 -- A transcript is appended to with APPEND, which costs the size of the cues, not of the transcript; the
 -- header is written only when the transcript is created.
 -- An index entry belongs to the first key id that claimed it: key-live never takes over another key's entry
@@ -38,9 +39,11 @@ local ok = holds(KEYS[1], 'hash') and (op == 'none' or holds(KEYS[2], index_kind
 local key_op = op == 'key-live' or op == 'key-revoked'
 if key_op then
   ok = ok and holds(KEYS[3], 'string')
-end
-for i = 5, #KEYS do
-  ok = ok and holds(KEYS[i], 'hash')
+  for i = 5, #KEYS do
+    ok = ok and holds(KEYS[i], 'hash')
+  end
+elseif KEYS[5] then
+  ok = ok and holds(KEYS[5], 'string')
 end
 if not ok then
   return redis.error_reply('WRONGTYPE a key of this aggregate holds another type than the read model writes')
@@ -84,5 +87,8 @@ if ARGV[9] == 'append' then
   end
 elseif ARGV[9] == 'delete' then
   redis.call('DEL', KEYS[4])
+end
+if not key_op and KEYS[5] then
+  redis.call('SET', KEYS[5], ARGV[12])
 end
 return redis.status_reply(claim)

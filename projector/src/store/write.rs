@@ -67,9 +67,13 @@ impl WriteScript {
             IndexChange::KeyLive { .. } => ("key-live", org.to_string()),
             IndexChange::KeyRevoked { .. } => ("key-revoked", String::new()),
         };
-        let retired = match &outcome.index {
-            IndexChange::KeyLive { retired } | IndexChange::KeyRevoked { retired } => retired.as_slice(),
-            _ => &[],
+        // After the four keys: an API key's retired index entries, or the organization's epoch.
+        let more: Vec<String> = match (&outcome.index, topic) {
+            (IndexChange::KeyLive { retired } | IndexChange::KeyRevoked { retired }, _) => {
+                retired.iter().map(|sha| keys.api_key_sha(sha)).collect()
+            }
+            (_, Topic::ApiKey) => Vec::new(),
+            _ => vec![keys.org_epoch(org)],
         };
         let (transcript_op, cues) = match &outcome.transcript {
             TranscriptChange::Keep => ("keep", ""),
@@ -80,13 +84,13 @@ impl WriteScript {
         let mut invocation = redis::cmd("EVALSHA");
         invocation
             .arg(self.0.get_hash())
-            .arg(4 + retired.len())
+            .arg(4 + more.len())
             .arg(state_key)
             .arg(index_key)
             .arg(documents_key)
             .arg(transcript_key);
-        for sha in retired {
-            invocation.arg(keys.api_key_sha(sha));
+        for key in more {
+            invocation.arg(key);
         }
         invocation
             .arg(w.expected)
@@ -100,10 +104,7 @@ impl WriteScript {
             .arg(transcript_op)
             .arg(cues)
             .arg(TRANSCRIPT_HEADER)
-            .arg(match topic {
-                Topic::ApiKey => uuid::Uuid::new_v4().simple().to_string(),
-                _ => String::new(),
-            });
+            .arg(uuid::Uuid::new_v4().simple().to_string());
         invocation
     }
 

@@ -1,0 +1,94 @@
+//! Reads kept in memory (`READ_CACHE_MB`): a page that has not changed is answered without Redis, a change
+//! is served within a second, and a generation switch is followed within a second.
+
+use std::time::Duration;
+
+use end_to_end::api::{unsigned, TestApp, World};
+use end_to_end::fixture::{self, completed, completed_study, interview, ACME, ACME_KEY};
+use end_to_end::{eventually, metrics, redis, runner, unique};
+use redis::AsyncCommands;
+use serde_json::Value;
+use shared::Keyspace;
+
+/// How long after the projector applied a change every API instance serves it, reads kept or not.
+const CHANGE: Duration = Duration::from_secs(1);
+
+const PATHS: [&str; 6] = [
+    "/v1/studies",
+    "/v1/studies?page=2&pageSize=1",
+    "/v1/studies/s_b",
+    "/v1/studies/s_b/interviews",
+    "/v1/interviews/i1",
+    "/v1/interviews/i_new",
+];
+
+async fn answers(app: &TestApp) -> Vec<(u16, Value)> {
+    let mut all = Vec::new();
+    for path in PATHS {
+        let (status, body) = app.json(path, ACME_KEY).await;
+        all.push((status, unsigned(body)));
+    }
+    all
+}
+
+async fn reads(app: &TestApp, source: &str) -> f64 {
+    let text = app.admin_get("/metrics").await.text().await.unwrap();
+    metrics::sample(&text, "api_reads_total", &[&format!("source=\"{source}\"")])
+}
+
+async fn keeping_reads() -> World {
+    World::start_with(&fixture::dataset(), |config| config.read_cache_mb = 16).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_kept_in_memory_are_answered_without_redis_and_a_change_is_served_within_a_second() {
+    let mut world = keeping_reads().await;
+    let first = answers(&world.app).await;
+    assert_eq!(first[0].0, 200);
+    assert_eq!(first[5].0, 404, "no i_new yet");
+    let from_redis = reads(&world.app, "redis").await;
+    assert_eq!(answers(&world.app).await, first);
+    assert_eq!(reads(&world.app, "redis").await, from_redis, "the same reads again did not reach Redis");
+    assert!(reads(&world.app, "memory").await >= PATHS.len() as f64);
+
+    // A new completed study, and a new interview of a listed study (whose 404 was kept).
+    let change = [
+        completed_study(ACME, "s_new", "2026-04-01T00:00:00Z").messages,
+        completed(interview(ACME, "i_new", "s_b", "2026-03-05T00:00:00Z")).messages,
+    ]
+    .concat();
+    world.publish(&change).await;
+    // Every answer of one round must show the change (a round's requests are not one view: an
+    // organization's kept reads may be dropped between two of them).
+    let now = eventually(CHANGE, "the change to be served", || async {
+        let now = answers(&world.app).await;
+        let changed = now[0].1["items"][0]["id"] == "s_new" && now[3].1["items"][0]["id"] == "i_new" && now[5].0 == 200;
+        changed.then_some(now)
+    })
+    .await;
+    assert_eq!(now[0].1["pagination"]["total"], first[0].1["pagination"]["total"].as_u64().unwrap() + 1);
+    assert_eq!(now[2], first[2], "what did not change is served as before");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_reads_kept_in_memory_a_generation_switch_is_followed_within_a_second() {
+    let world = keeping_reads().await;
+    let before = answers(&world.app).await;
+    assert_eq!(answers(&world.app).await, before);
+    assert!(reads(&world.app, "memory").await > 0.0);
+
+    // Generation 2 built beside generation 1, made active, and generation 1 deleted at once.
+    let mut builder = runner::config(&world.topics, &world.prefix, &unique("g"));
+    builder.generation = Some(2);
+    runner::build(builder, world.projector.consumed(), Duration::from_secs(60)).await;
+    let mut conn = redis().await;
+    let _: () = conn.set(Keyspace::active_generation(&world.prefix), 2).await.unwrap();
+    runner::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await;
+    eventually(CHANGE, "generation 2 to be served as generation 1 was", || async {
+        (answers(&world.app).await == before).then_some(())
+    })
+    .await;
+    // Nothing of generation 1 is served any more: a read kept from it would be the only way to answer.
+    let status = world.app.get("/v1/studies", Some(ACME_KEY)).await.status();
+    assert_eq!(status, 200);
+}
