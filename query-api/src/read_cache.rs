@@ -38,7 +38,7 @@ pub enum ReadKey {
 pub enum Stored {
     Studies(Arc<Page<String>>),
     Study(Arc<Option<String>>),
-    Interviews(Arc<Page<StoredInterview>>),
+    Interviews(Arc<Option<Page<StoredInterview>>>),
     Interview(Arc<Option<StoredInterview>>),
 }
 
@@ -51,7 +51,9 @@ impl Stored {
             + match self {
                 Stored::Studies(page) => page.items.iter().map(|doc| doc.len() + 24).sum(),
                 Stored::Study(doc) => doc.as_ref().as_ref().map_or(0, String::len),
-                Stored::Interviews(page) => page.items.iter().map(interview).sum(),
+                Stored::Interviews(page) => {
+                    page.as_ref().as_ref().map_or(0, |page| page.items.iter().map(interview).sum())
+                }
                 Stored::Interview(one) => one.as_ref().as_ref().map_or(0, interview),
             }
     }

@@ -104,7 +104,8 @@ pub async fn list_interviews(
 ) -> Result<Response, ApiError> {
     let Ok(Path(study_id)) = study_id else { return Err(ApiError::NotFound("study")) };
     let page = Pagination::parse(query.as_deref())?;
-    let found = state.interviews(&org, &study_id, page).await?.ok_or(ApiError::NotFound("study"))?;
+    let found = state.interviews(&org, &study_id, page).await?;
+    let found = found.as_ref().as_ref().ok_or(ApiError::NotFound("study"))?;
     let mut body = Body::with_capacity(64 + found.items.iter().map(served_size).sum::<usize>());
     let mut links = state.presigner().map(Presigner::links);
     body.open_page();

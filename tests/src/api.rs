@@ -7,6 +7,8 @@ use clap::Parser;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
+use shared::Keyspace;
+
 use crate::events::Outgoing;
 use crate::kafka::{self, Topics};
 use crate::{env, eventually, runner, unique};
@@ -139,6 +141,17 @@ impl World {
         let mut world = Self { topics, prefix, app, projector, producer: kafka::producer(), published: 0 };
         world.publish(messages).await;
         world
+    }
+
+    /// Builds generation 2 beside generation 1 from the same topics, makes it active, and deletes
+    /// generation 1 at once: what a rebuild's switch does, without its handover.
+    pub async fn switch_to_a_second_generation(&self) {
+        let mut builder = runner::config(&self.topics, &self.prefix, &unique("g"));
+        builder.generation = Some(2);
+        runner::build(builder, self.projector.consumed(), Duration::from_secs(60)).await;
+        let mut conn = crate::redis().await;
+        let _: () = ::redis::AsyncCommands::set(&mut conn, Keyspace::active_generation(&self.prefix), 2).await.unwrap();
+        runner::delete_generation(&mut conn, &Keyspace::new(self.prefix.clone(), 1)).await;
     }
 
     /// Publishes more events and waits until the projector has consumed them.

@@ -5,10 +5,8 @@ use std::time::Duration;
 
 use end_to_end::api::{unsigned, TestApp, World};
 use end_to_end::fixture::{self, completed, completed_study, interview, ACME, ACME_KEY};
-use end_to_end::{eventually, metrics, redis, runner, unique};
-use redis::AsyncCommands;
+use end_to_end::{eventually, metrics};
 use serde_json::Value;
-use shared::Keyspace;
 
 /// How long after the projector applied a change every API instance serves it, reads kept or not.
 const CHANGE: Duration = Duration::from_secs(1);
@@ -77,13 +75,7 @@ async fn with_reads_kept_in_memory_a_generation_switch_is_followed_within_a_seco
     assert_eq!(answers(&world.app).await, before);
     assert!(reads(&world.app, "memory").await > 0.0);
 
-    // Generation 2 built beside generation 1, made active, and generation 1 deleted at once.
-    let mut builder = runner::config(&world.topics, &world.prefix, &unique("g"));
-    builder.generation = Some(2);
-    runner::build(builder, world.projector.consumed(), Duration::from_secs(60)).await;
-    let mut conn = redis().await;
-    let _: () = conn.set(Keyspace::active_generation(&world.prefix), 2).await.unwrap();
-    runner::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await;
+    world.switch_to_a_second_generation().await;
     eventually(CHANGE, "generation 2 to be served as generation 1 was", || async {
         (answers(&world.app).await == before).then_some(())
     })

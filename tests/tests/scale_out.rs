@@ -140,12 +140,7 @@ async fn two_api_instances_answer_alike_and_follow_key_deletions_and_generation_
 
     // A generation switch: generation 2 is built beside generation 1, made active, and generation 1
     // deleted at once; within a second both serve generation 2, with the same answers as before.
-    let mut builder = runner::config(&world.topics, &world.prefix, &unique("g"));
-    builder.generation = Some(2);
-    runner::build(builder, world.projector.consumed(), Duration::from_secs(60)).await;
-    let mut conn = redis().await;
-    let _: () = conn.set(Keyspace::active_generation(&world.prefix), 2).await.unwrap();
-    runner::delete_generation(&mut conn, &Keyspace::new(world.prefix.clone(), 1)).await;
+    world.switch_to_a_second_generation().await;
     eventually(Duration::from_secs(1), "both instances to serve generation 2", || async {
         (answers(ACME_KEY).await == before).then_some(())
     })
