@@ -54,11 +54,11 @@ pub struct Config {
     pub api_key_cache_size: usize,
 
     /// Memory for reads kept in memory, in MiB, so that a page that has not changed is answered without a
-    /// Redis round trip; 0, the default, reads Redis on every request. A kept read is dropped as soon as a
-    /// refresh (GENERATION_REFRESH_MS) finds its organization changed, and is never served once its
-    /// organization's epoch was last read 750 ms ago or more: an answer lags Redis by a quarter of a second
-    /// as a rule, and never by a second.
-    #[arg(long, env = "READ_CACHE_MB", default_value_t = 0)]
+    /// Redis round trip; 0 reads Redis on every request. A kept read is dropped as soon as a refresh
+    /// (GENERATION_REFRESH_MS) finds its organization changed, and is never served once its organization's
+    /// epoch was last read 750 ms ago or more: an answer lags Redis by a quarter of a second as a rule, and
+    /// never by a second.
+    #[arg(long, env = "READ_CACHE_MB", default_value_t = 64)]
     pub read_cache_mb: u64,
 
     /// Longest a client may take to send a request's head (line and headers), in milliseconds; past it the

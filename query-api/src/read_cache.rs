@@ -1,4 +1,4 @@
-//! Reads of the read model kept in memory (optional, `READ_CACHE_MB`), so that a request for a page that
+//! Reads of the read model kept in memory (`READ_CACHE_MB`, 64 MiB unless set; 0 for none), so that a request for a page that
 //! has not changed is answered without a Redis round trip, and a change is still served within a second.
 //!
 //! Every write the projector applies to an organization writes a new token to that organization's epoch

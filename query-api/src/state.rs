@@ -46,8 +46,8 @@ struct Inner {
     rate_limit: Option<RateLimit>,
     /// API keys kept in memory, checked against the key index's epoch on every refresh.
     key_cache: Option<KeyCache>,
-    /// Reads kept in memory, checked against their organizations' epochs on every refresh (off unless
-    /// READ_CACHE_MB is set).
+    /// Reads kept in memory, checked against their organizations' epochs on every refresh (none with
+    /// READ_CACHE_MB=0).
     read_cache: Option<ReadCache>,
     metrics: Arc<Metrics>,
 }
@@ -175,28 +175,11 @@ impl AppState {
         if self.0.condition.swap(condition, Ordering::AcqRel) != condition {
             tracing::info!(generation, complete = condition == COMPLETE, "the read model's condition changed");
         }
-        if let Some(cache) = self.key_cache() {
-            // Started before the read: the entries are vouched for as of this moment, not a later one.
-            let started = std::time::Instant::now();
-            match read_model.api_key_epoch(&keys).await {
-                Ok(token) if condition == COMPLETE => cache.refreshed(Epoch { generation, token }, started),
-                Ok(_) => cache.forget(),
-                Err(e) => tracing::warn!(error = %e, "could not read the key index's epoch"),
-            }
-        }
-        if let Some(cache) = self.read_cache() {
-            let orgs = if condition == COMPLETE { cache.organizations(generation) } else { Vec::new() };
-            if condition != COMPLETE {
-                cache.forget();
-            } else if !orgs.is_empty() {
-                let started = std::time::Instant::now();
-                match read_model.org_epochs(&keys, &orgs).await {
-                    Ok(epochs) => cache.refreshed(generation, orgs.into_iter().zip(epochs).collect(), started),
-                    Err(e) => tracing::warn!(error = %e, "could not read the organizations' epochs"),
-                }
-            }
-        }
-        match read_model.projectors(&self.0.prefix).await {
+        // The projectors' reports are read before the epochs, so that a response never says it is as fresh
+        // as an event whose change a kept read could still be missing.
+        let reports = read_model.projectors(&self.0.prefix).await;
+        self.refresh_kept(read_model, &keys, condition == COMPLETE).await;
+        match reports {
             Ok(reports) => {
                 let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
                 let freshness = crate::freshness::Freshness::of(&reports, generation, now.as_secs_f64());
@@ -207,6 +190,33 @@ impl AppState {
         let previous = self.0.generation.swap(generation, Ordering::AcqRel);
         if previous != generation {
             tracing::info!(generation, previous, "serving a new generation of the read model");
+        }
+    }
+
+    /// Reads the epochs of what is kept in memory (keys, and reads of organizations) and drops what
+    /// changed; drops everything while the read model is not complete.
+    async fn refresh_kept(&self, read_model: &ReadModel, keys: &Keyspace, complete: bool) {
+        let generation = keys.generation();
+        if let Some(cache) = self.key_cache() {
+            // Started before the read: the entries are vouched for as of this moment, not a later one.
+            let started = std::time::Instant::now();
+            match read_model.api_key_epoch(keys).await {
+                Ok(token) if complete => cache.refreshed(Epoch { generation, token }, started),
+                Ok(_) => cache.forget(),
+                Err(e) => tracing::warn!(error = %e, "could not read the key index's epoch"),
+            }
+        }
+        if let Some(cache) = self.read_cache() {
+            let orgs = cache.organizations(generation);
+            if !complete {
+                cache.forget();
+            } else if !orgs.is_empty() {
+                let started = std::time::Instant::now();
+                match read_model.org_epochs(keys, &orgs).await {
+                    Ok(epochs) => cache.refreshed(generation, orgs.into_iter().zip(epochs).collect(), started),
+                    Err(e) => tracing::warn!(error = %e, "could not read the organizations' epochs"),
+                }
+            }
         }
     }
 

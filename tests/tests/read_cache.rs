@@ -1,4 +1,4 @@
-//! Reads kept in memory (`READ_CACHE_MB`): a page that has not changed is answered without Redis, a change
+//! Reads kept in memory (`READ_CACHE_MB`, on by default): a page that has not changed is answered without Redis, a change
 //! is served within a second, and a generation switch is followed within a second.
 
 use std::time::Duration;
