@@ -65,22 +65,16 @@ impl Default for Metrics {
             "Videos given no link because their event named an empty key or a bucket not valid or not allowed",
             video_links_refused.clone(),
         );
-        let key_lookups = Family::<SourceLabels, Counter>::default();
-        registry.register(
+        let (key_lookups_memory, key_lookups_redis) = by_source(
+            &mut registry,
             "key_lookups",
             "API keys looked up, by where: `memory` (kept, vouched for by the key index's epoch) or `redis`",
-            key_lookups.clone(),
         );
-        let key_lookups_memory = key_lookups.get_or_create(&SourceLabels { source: "memory" }).clone();
-        let key_lookups_redis = key_lookups.get_or_create(&SourceLabels { source: "redis" }).clone();
-        let reads = Family::<SourceLabels, Counter>::default();
-        registry.register(
+        let (reads_memory, reads_redis) = by_source(
+            &mut registry,
             "reads",
             "Data reads while reads are kept in memory (READ_CACHE_MB), by where: `memory` or `redis`",
-            reads.clone(),
         );
-        let reads_memory = reads.get_or_create(&SourceLabels { source: "memory" }).clone();
-        let reads_redis = reads.get_or_create(&SourceLabels { source: "redis" }).clone();
         Self {
             registry,
             requests,
@@ -94,6 +88,15 @@ impl Default for Metrics {
             reads_redis,
         }
     }
+}
+
+/// A counter family labelled `source`, registered as `name`, and its `memory` and `redis` counters.
+fn by_source(registry: &mut Registry, name: &str, help: &str) -> (Counter, Counter) {
+    let family = Family::<SourceLabels, Counter>::default();
+    registry.register(name, help, family.clone());
+    let memory = family.get_or_create(&SourceLabels { source: "memory" }).clone();
+    let redis = family.get_or_create(&SourceLabels { source: "redis" }).clone();
+    (memory, redis)
 }
 
 impl Metrics {
