@@ -2,11 +2,11 @@
 //! `Service-Api-Key: <key>`, Bearer first; it is looked up by its SHA-256 and never logged or kept (the
 //! SHA-256 and its organization may be kept in memory: `crate::key_cache`).
 
+use std::time::Instant;
+
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
 use axum::http::HeaderMap;
-use std::time::Instant;
-
 use sha2::{Digest, Sha256};
 
 use crate::error::ApiError;

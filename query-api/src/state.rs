@@ -151,12 +151,7 @@ impl AppState {
         let generation = match read_model.active_generation(&self.0.prefix).await {
             Ok(Some(generation)) => generation,
             Ok(None) => {
-                if let Some(cache) = self.key_cache() {
-                    cache.forget();
-                }
-                if let Some(cache) = self.read_cache() {
-                    cache.forget();
-                }
+                self.forget_kept();
                 if self.0.generation.load(Ordering::Acquire) != UNKNOWN
                     && self.0.condition.swap(LOST, Ordering::AcqRel) != LOST
                 {
@@ -196,27 +191,38 @@ impl AppState {
     /// Reads the epochs of what is kept in memory (keys, and reads of organizations) and drops what
     /// changed; drops everything while the read model is not complete.
     async fn refresh_kept(&self, read_model: &ReadModel, keys: &Keyspace, complete: bool) {
+        if !complete {
+            self.forget_kept();
+            return;
+        }
         let generation = keys.generation();
         if let Some(cache) = self.key_cache() {
             // Started before the read: the entries are vouched for as of this moment, not a later one.
             let started = std::time::Instant::now();
             match read_model.api_key_epoch(keys).await {
-                Ok(token) if complete => cache.refreshed(Epoch { generation, token }, started),
-                Ok(_) => cache.forget(),
+                Ok(token) => cache.refreshed(Epoch { generation, token }, started),
                 Err(e) => tracing::warn!(error = %e, "could not read the key index's epoch"),
             }
         }
         if let Some(cache) = self.read_cache() {
             let orgs = cache.organizations(generation);
-            if !complete {
-                cache.forget();
-            } else if !orgs.is_empty() {
+            if !orgs.is_empty() {
                 let started = std::time::Instant::now();
                 match read_model.org_epochs(keys, &orgs).await {
                     Ok(epochs) => cache.refreshed(generation, orgs.into_iter().zip(epochs).collect(), started),
                     Err(e) => tracing::warn!(error = %e, "could not read the organizations' epochs"),
                 }
             }
+        }
+    }
+
+    /// Drops every key and read kept in memory.
+    fn forget_kept(&self) {
+        if let Some(cache) = self.key_cache() {
+            cache.forget();
+        }
+        if let Some(cache) = self.read_cache() {
+            cache.forget();
         }
     }
 
