@@ -142,8 +142,19 @@ impl Prober {
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
         let task = tokio::spawn(async move {
-            let mut probes = Vec::new();
-            while !stopping.load(Ordering::Relaxed) {
+            let mut probes: Vec<Probe> = Vec::new();
+            // Told to stop, it goes on until it has one answer given after being told (so that an API that
+            // has just healed is heard answering), or for at most 5 s.
+            let mut told: Option<Instant> = None;
+            loop {
+                if told.is_none() && stopping.load(Ordering::Relaxed) {
+                    told = Some(Instant::now());
+                }
+                if let Some(at) = told {
+                    if probes.iter().any(|p| p.at > at && p.status == 200) || at.elapsed() > Duration::from_secs(5) {
+                        break;
+                    }
+                }
                 for (org, secret, expected) in &targets {
                     let url = format!("{address}/v1/studies?pageSize=1");
                     let Ok(response) = client.get(url).bearer_auth(secret).send().await else { continue };
@@ -159,6 +170,7 @@ impl Prober {
         Self { stop, task }
     }
 
+    /// Stops probing, once it has heard a 200 given after this call (or after 5 s), and returns every answer.
     pub async fn finish(self) -> Vec<Probe> {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.expect("prober")
