@@ -160,7 +160,7 @@ impl Prober {
                     let Ok(response) = client.get(url).bearer_auth(secret).send().await else { continue };
                     let status = response.status().as_u16();
                     let body: serde_json::Value = response.json().await.unwrap_or_default();
-                    let total = body["total"].as_u64();
+                    let total = body["pagination"]["total"].as_u64();
                     probes.push(Probe { at: Instant::now(), org: org.clone(), status, total, expected: *expected });
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
