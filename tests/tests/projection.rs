@@ -198,3 +198,36 @@ async fn a_poison_message_larger_than_a_megabyte_is_set_aside_and_the_partition_
     }
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_whose_reason_quotes_megabytes_is_set_aside_with_a_short_reason() {
+    // The decoder's reason quotes the offending value; quoted in full, 1.5 MB of it in a header makes a
+    // letter that no dead-letter topic takes, and the partition would stall for ever.
+    let at = "2026-05-01T10:00:00Z";
+    let mut poison = end_to_end::events::envelope(
+        &end_to_end::events::Envelope {
+            event_id: "e-1",
+            kind: "study.created",
+            org: "org",
+            aggregate: "s1",
+            sequence: 1,
+            at,
+        },
+        json!({"internalTitle": "T"}),
+    );
+    poison["sequence"] = json!("9".repeat(1_500_000));
+    let messages = [
+        raw(Topic::Study, "s1", &poison.to_string()),
+        event(Topic::Study, "org", "s2", 1, "study.created", at, json!({"internalTitle": "T"})),
+    ];
+    let topics = Topics::with_partitions(1).await;
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let running = runner::spawn_caught_up(&topics, 2, WAIT).await;
+    let snapshot = running.snapshot();
+    assert_eq!((snapshot.dead_lettered, snapshot.applied), (1, 1), "{snapshot:?}");
+    let letter = &kafka::read(&format!("{}.dlq", topics.study), 1, WAIT).await[0];
+    let reason = letter.header("dlq-reason").unwrap();
+    assert!(reason.len() <= 1024, "the reason is capped: {} bytes", reason.len());
+    assert!(reason.contains("sequence") || reason.contains("invalid"), "the reason still says why: {reason}");
+    running.stop().await;
+}

@@ -27,6 +27,9 @@ const OFFSET: &str = "dlq-offset";
 /// Set when the broker would not take the original value: its size, and the value is left out.
 const VALUE_DROPPED: &str = "dlq-value-dropped";
 const SUFFIX: &str = ".dlq";
+/// The most bytes of a reason a letter carries: a reason may quote the offending value, and a header of
+/// megabytes would make a letter no dead-letter topic takes.
+const REASON_LIMIT: usize = 1024;
 
 /// The dead-letter topic of a topic.
 pub fn dead_letter_topic(topic: &str) -> String {
@@ -53,7 +56,7 @@ impl DeadLetter {
             offset: record.offset,
             key: record.key.map(<[u8]>::to_vec),
             value: record.value.map(<[u8]>::to_vec),
-            reason,
+            reason: capped(reason),
         }
     }
 
@@ -67,6 +70,21 @@ impl DeadLetter {
         }
         record
     }
+}
+
+/// `reason`, cut to at most [`REASON_LIMIT`] bytes on a character boundary, saying how much was cut.
+fn capped(mut reason: String) -> String {
+    if reason.len() <= REASON_LIMIT {
+        return reason;
+    }
+    let note = format!("... ({} bytes in all)", reason.len());
+    let mut end = REASON_LIMIT - note.len();
+    while !reason.is_char_boundary(end) {
+        end -= 1;
+    }
+    reason.truncate(end);
+    reason.push_str(&note);
+    reason
 }
 
 /// Writes every dead letter to its dead-letter topic and waits until the broker has them all. A letter
@@ -190,4 +208,21 @@ pub async fn replay(config: &Config) -> Result<usize, BrokerError> {
         consumer.commit(&done, CommitMode::Sync)?;
     }
     Ok(letters.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reason_is_capped_on_a_character_boundary_and_says_how_long_it_was() {
+        assert_eq!(capped("short".into()), "short");
+        let exact = "x".repeat(REASON_LIMIT);
+        assert_eq!(capped(exact.clone()), exact);
+        let long = format!("invalid type: string \"{}\"", "é".repeat(1_000_000));
+        let cut = capped(long.clone());
+        assert!(cut.len() <= REASON_LIMIT, "{}", cut.len());
+        assert!(cut.starts_with("invalid type: string"));
+        assert!(cut.ends_with(&format!("... ({} bytes in all)", long.len())), "{cut}");
+    }
 }
