@@ -41,15 +41,27 @@ pub enum StoreError {
     Contended(String),
 }
 
+/// Redis's error codes that say "not now": the server is full, busy, loading, read-only, failing over or
+/// moving a slot. Wherever they come from, a write script included, trying again later can succeed.
+const TRANSIENT: [&str; 10] =
+    ["OOM", "READONLY", "BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "MOVED", "ASK", "NOREPLICAS"];
+
 impl StoreError {
     /// Whether trying again cannot help: the events are at fault (a key of the wrong type, keys in two
     /// slots, a script error, a state that does not read), not Redis being away, busy or full.
     pub fn is_permanent(&self) -> bool {
         match self {
-            // Read from the text: in a pipeline the server's error is nested in the client's.
             StoreError::Redis(e) => {
+                let codes = error_codes(e);
+                if codes.iter().any(|c| TRANSIENT.contains(&c.as_str())) {
+                    return false;
+                }
+                // Read from the text too: in a pipeline the server's error is nested in the client's.
                 let text = e.to_string();
-                ["WRONGTYPE", "CROSSSLOT", "@user_script", "Error running script"].iter().any(|s| text.contains(s))
+                codes.iter().any(|c| c == "WRONGTYPE" || c == "CROSSSLOT")
+                    || ["WRONGTYPE", "CROSSSLOT", "@user_script", "Error running script"]
+                        .iter()
+                        .any(|s| text.contains(s))
             }
             StoreError::Reply(_) | StoreError::Script(_) | StoreError::CorruptState { .. } => true,
             StoreError::Contended(_) => false,
@@ -58,8 +70,18 @@ impl StoreError {
 
     /// Whether Redis refused the write for lack of memory.
     pub fn is_out_of_memory(&self) -> bool {
-        // In a pipeline the server's error is nested in the client's: `"OOM": command not allowed ...`.
-        matches!(self, StoreError::Redis(e) if e.code() == Some("OOM") || ["OOM command", "\"OOM\""].iter().any(|s| e.to_string().contains(s)))
+        matches!(self, StoreError::Redis(e) if error_codes(e).iter().any(|c| c == "OOM") || e.to_string().contains("OOM command"))
+    }
+}
+
+/// The error codes of a Redis error: its own, or each of a pipeline's failed commands'.
+fn error_codes(e: &redis::RedisError) -> Vec<String> {
+    if let Some(code) = e.code() {
+        return vec![code.to_string()];
+    }
+    match e.clone().into_server_errors() {
+        Some(errors) => errors.iter().map(|(_, error)| error.code().to_string()).collect(),
+        None => Vec::new(),
     }
 }
 
@@ -284,4 +306,34 @@ fn hmget_state(key: String) -> Cmd {
     let mut cmd = redis::cmd("HMGET");
     cmd.arg(key).arg("seq").arg("state");
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(code: &str, detail: &str) -> StoreError {
+        StoreError::Redis(redis::make_extension_error(code.to_string(), Some(detail.to_string())))
+    }
+
+    #[test]
+    fn a_refusal_from_inside_the_write_script_is_classified_by_its_code() {
+        // As Redis 7.0.15 words an OOM met by a write inside the script.
+        let oom =
+            server("OOM", "command not allowed when used memory > 'maxmemory'. script: 1f0e, on @user_script:52.");
+        assert!(!oom.is_permanent(), "a full Redis is waited out, not dead-lettered");
+        assert!(oom.is_out_of_memory());
+        for code in ["READONLY", "BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "MOVED", "ASK"] {
+            let e = server(code, "You can't write against a read only replica. script: 1f0e, on @user_script:12.");
+            assert!(!e.is_permanent(), "{code} is transient");
+        }
+        let wrong = server(
+            "WRONGTYPE",
+            "Operation against a key holding the wrong kind of value script: 1f0e, on @user_script:40.",
+        );
+        assert!(wrong.is_permanent());
+        let failed = server("ERR", "user_script:9: Script attempted to access nonexistent global variable 'x' script: 1f0e, on @user_script:9.");
+        assert!(failed.is_permanent());
+        assert!(!StoreError::Contended("a".into()).is_permanent());
+    }
 }
