@@ -10,22 +10,26 @@
 //!
 //! Steps 2 and 3 retry with backoff until they succeed or the projector shuts down. A crash anywhere
 //! replays the batch, which changes nothing the second time: every write checks the aggregate's sequence.
+//!
+//! Before step 3, and again after every Redis error, the [`Guard`] asks whether Redis may have lost data
+//! since it last looked (a restart, a failover, a flush). If it did, the batch is dropped unwritten: folded
+//! onto lost state it would be wrong for good. The caller heals, and the batch is read again.
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use shared::{decode, Decoded, Event, Topic};
+use shared::{decode, Decoded, Event, Keyspace, Topic};
 use tokio::sync::watch;
 
 use crate::backoff::Backoff;
 use crate::observe::{Metrics, Outcome, Tally};
 use crate::source::Source;
-pub use crate::source::{BrokerError, DeadLetter, Record};
+pub use crate::source::{BrokerError, DeadLetter, Partition, Record};
 use crate::store::{Applied, Group, Store};
 
 /// What one call of [`step`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     /// A batch of this many messages was applied and committed.
     Applied(usize),
@@ -33,6 +37,41 @@ pub enum Step {
     Idle,
     /// Shut down before the batch in hand was applied; it will be applied again after a restart.
     Stopped,
+    /// Redis may have lost data (why, as the guard said): the batch was dropped unwritten and uncommitted.
+    Lost(String),
+}
+
+/// How [`project`] ended, when it did not apply the batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Interrupted {
+    Stopped,
+    /// Redis may have lost data: what the guard said.
+    Lost(String),
+}
+
+/// Asked before a batch is written to Redis and after every Redis error: whether Redis may have lost
+/// data since the last look.
+pub trait Guard {
+    /// Where the partitions stand before the batch about to be written (what the guard may record).
+    fn positions(&mut self, _positions: HashMap<Partition, i64>) {}
+
+    fn check(&mut self, keys: &Keyspace) -> impl Future<Output = Result<(), Doubt>> + Send;
+}
+
+/// Why a guard would not let a batch be written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Doubt {
+    /// Redis may have lost data: what, and where.
+    Lost(String),
+    /// Redis did not answer the question (it is away); asked again before anything is written.
+    Unanswered(String),
+}
+
+/// No guard: for a benchmark from memory, whose Redis loses nothing.
+impl Guard for () {
+    async fn check(&mut self, _: &Keyspace) -> Result<(), Doubt> {
+        Ok(())
+    }
 }
 
 /// Takes one batch (waiting at most `idle` for its first message), applies it and commits it.
@@ -40,6 +79,7 @@ pub async fn step(
     source: &mut Source,
     store: &mut Store,
     metrics: &Metrics,
+    guard: &mut impl Guard,
     stopped: &mut watch::Receiver<bool>,
     idle: Duration,
 ) -> Step {
@@ -48,8 +88,17 @@ pub async fn step(
         return Step::Idle;
     }
     let records: Vec<Record<'_>> = batch.records().collect();
-    if !project(&records, source, store, metrics, stopped).await {
-        return Step::Stopped;
+    guard.positions(source.positions());
+    match project(&records, source, store, metrics, guard, stopped).await {
+        Ok(()) => {}
+        Err(Interrupted::Stopped) => return Step::Stopped,
+        Err(Interrupted::Lost(loss)) => {
+            // The messages taken past what was applied are read again.
+            if let Err(e) = source.drop_fetched() {
+                tracing::warn!(error = %e, "could not read the dropped batch again");
+            }
+            return Step::Lost(loss);
+        }
     }
     // Shutting down: commit synchronously, so that a restart does not apply the batch again.
     source.commit(&batch, *stopped.borrow());
@@ -67,24 +116,26 @@ impl SetAside for Source {
     }
 }
 
-/// Steps 2 to 4 for a batch of records: decode, set poison aside, fold and write, count. False when
-/// shut down before every message was applied or set aside.
+/// Steps 2 to 4 for a batch of records: decode, set poison aside, fold and write, count. Interrupted
+/// when shut down before every message was applied or set aside, or when the guard says Redis may have
+/// lost data (then nothing of the batch was written).
 pub async fn project(
     records: &[Record<'_>],
     poison: &impl SetAside,
     store: &mut Store,
     metrics: &Metrics,
+    guard: &mut impl Guard,
     stopped: &mut watch::Receiver<bool>,
-) -> bool {
+) -> Result<(), Interrupted> {
     let started = Instant::now();
     metrics.in_hand.set(records.len() as i64);
     let mut tally = Tally::new();
     let (events, origins, letters) = decode_all(records, &mut tally);
     if !set_aside(poison, &letters, metrics, stopped).await {
-        return false;
+        return Err(Interrupted::Stopped);
     }
     let groups = group(&events);
-    let Some((applied, refused)) = write_all(&groups, store, metrics, stopped).await else { return false };
+    let (applied, refused) = write_all(&groups, store, metrics, guard, stopped).await?;
     // An aggregate Redis refuses for good is set aside like poison: its partition goes on.
     let mut letters = Vec::new();
     for (group, reason) in refused {
@@ -96,7 +147,7 @@ pub async fn project(
         }
     }
     if !set_aside(poison, &letters, metrics, stopped).await {
-        return false;
+        return Err(Interrupted::Stopped);
     }
     if let Some(latest) = events.iter().map(|e| e.envelope.occurred_at).max() {
         metrics.applied_event_at(latest.timestamp_micros() as f64 / 1e6);
@@ -108,7 +159,7 @@ pub async fn project(
     metrics.in_hand.set(0);
     metrics.applied_batch(records.len(), started.elapsed().as_secs_f64());
     tracing::debug!(messages = records.len(), ?tally, "batch applied");
-    true
+    Ok(())
 }
 
 /// Writes dead letters, trying again until the broker has them; false when shut down first.
@@ -131,17 +182,35 @@ async fn set_aside(
 
 /// Writes every group, trying again while Redis is away, busy or full. When Redis refuses the batch for
 /// a reason no retry can fix, writes the groups one at a time and returns those it refuses, with why.
-/// `None` when shut down first.
+/// The guard is asked before the first write and after every error; nothing is written once it says
+/// Redis may have lost data.
 async fn write_all<'a>(
     groups: &'a [Group<'a>],
     store: &mut Store,
     metrics: &Metrics,
+    guard: &mut impl Guard,
     stopped: &mut watch::Receiver<bool>,
-) -> Option<(Applied<'a>, Vec<(&'a Group<'a>, String)>)> {
+) -> Result<(Applied<'a>, Vec<(&'a Group<'a>, String)>), Interrupted> {
     let mut retry = Retry::new("apply a batch to redis", metrics);
     let (mut applied, mut refused) = (Vec::new(), Vec::new());
     let mut pending: Vec<&'a [Group<'a>]> = vec![groups];
+    let mut checked = false;
     while let Some(part) = pending.pop() {
+        if !checked {
+            // Asked again until it answers: a Redis that cannot say whether it lost data is not written to.
+            loop {
+                match guard.check(store.keys()).await {
+                    Ok(()) => break,
+                    Err(Doubt::Unanswered(e)) => {
+                        if !retry.after(format!("asking whether it lost data: {e}"), stopped).await {
+                            return Err(Interrupted::Stopped);
+                        }
+                    }
+                    Err(Doubt::Lost(loss)) => return Err(Interrupted::Lost(loss)),
+                }
+            }
+            checked = true;
+        }
         match store.apply(part).await {
             Ok(done) => {
                 metrics.redis.out_of_memory.set(0);
@@ -156,13 +225,14 @@ async fn write_all<'a>(
                     metrics.redis.out_of_memory.set(1);
                 }
                 if !retry.after(e.to_string(), stopped).await {
-                    return None;
+                    return Err(Interrupted::Stopped);
                 }
+                checked = false;
                 pending.push(part);
             }
         }
     }
-    Some((applied, refused))
+    Ok((applied, refused))
 }
 
 /// Decodes every record: the events to apply with the index of the record each came from, and the

@@ -9,21 +9,24 @@ use shared::connection::Connection;
 use shared::Keyspace;
 use tokio::sync::watch;
 
-use super::rebuild::{Notice, Notify, Options};
+use super::guard::Watch;
+use super::rebuild::{read_again, Lock, Notice, Notify, Options};
 use super::{control, members, Projector};
 use crate::batch::Step;
 use crate::config::Config;
 use crate::source::group_committed;
-use crate::store::position;
 use crate::Error;
 
 /// Pauses the live projectors, catches up with their committed offsets and switches. False when it must
 /// be tried again later (a live projector did not pause in time, or shutting down).
+#[allow(clippy::too_many_arguments)]
 pub async fn run(
     config: &Config,
     options: &Options,
     conn: &mut Connection,
+    lock: &Lock,
     projector: &mut Projector,
+    watch: &mut Watch,
     stopped: &mut watch::Receiver<bool>,
     notify: Notify<'_>,
 ) -> Result<bool, Error> {
@@ -43,8 +46,11 @@ pub async fn run(
             let _: () = conn.hset(&rebuild_key, "phase", control::BUILDING).await?;
             return Ok(false);
         }
-        if projector.step(stopped, std::time::Duration::from_millis(200)).await == Step::Stopped {
-            return Ok(false);
+        lock.ensure_held()?;
+        match projector.step(watch, stopped, std::time::Duration::from_millis(200)).await {
+            Step::Stopped => return Ok(false),
+            Step::Lost(loss) => return postpone(conn, &rebuild_key, projector, watch, &loss, notify).await,
+            Step::Applied(_) | Step::Idle => {}
         }
     }
     let live = group_committed(config, &config.group_id)?;
@@ -54,14 +60,39 @@ pub async fn run(
         projector.source.applied_offset(partition).max(own.get(partition).copied().unwrap_or(0))
     };
     while !live.iter().all(|(partition, offset)| reached(projector, partition) >= *offset) {
-        if projector.step(stopped, std::time::Duration::from_millis(200)).await == Step::Stopped {
-            let _: () = conn.hset(&rebuild_key, "phase", control::BUILDING).await?;
-            return Ok(false);
+        lock.ensure_held()?;
+        match projector.step(watch, stopped, std::time::Duration::from_millis(200)).await {
+            Step::Stopped => {
+                let _: () = conn.hset(&rebuild_key, "phase", control::BUILDING).await?;
+                return Ok(false);
+            }
+            Step::Lost(loss) => return postpone(conn, &rebuild_key, projector, watch, &loss, notify).await,
+            Step::Applied(_) | Step::Idle => {}
         }
     }
-    // The new generation says how far it applied each partition before anyone reads it.
+    // The new generation says how far it applied each partition before anyone reads it, and is switched
+    // to only if Redis kept everything this rebuild wrote, and only while this rebuild holds the lock.
     let keys = projector.store.keys().clone();
-    position::record(conn, &keys, &projector.source.positions(), &mut position::Written::new()).await?;
+    let losses = watch.losses(&keys, &projector.source.positions()).await?;
+    if !losses.is_empty() {
+        return postpone(conn, &rebuild_key, projector, watch, &losses.join("; "), notify).await;
+    }
+    lock.check(conn).await?;
     let _: () = conn.set(Keyspace::active_generation(prefix), generation).await?;
     Ok(true)
+}
+
+/// Redis lost data of the new generation during the handover: the live projectors resume, and the
+/// rebuild reads again what was lost before it tries again.
+async fn postpone(
+    conn: &mut Connection,
+    rebuild_key: &str,
+    projector: &mut Projector,
+    watch: &mut Watch,
+    loss: &str,
+    notify: Notify<'_>,
+) -> Result<bool, Error> {
+    let _: () = conn.hset(rebuild_key, "phase", control::BUILDING).await?;
+    read_again(projector, watch, loss, notify).await?;
+    Ok(false)
 }

@@ -1,11 +1,12 @@
-//! The read model heals itself when Redis loses data. A few times a second, each live projector:
+//! The read model heals itself when Redis loses data. Before every batch is written, after every Redis
+//! error, and a few times a second besides, each live projector:
 //!
-//! 1. asks every primary about itself ([`super::loss`]): a restart, a failover or a flush is a loss;
-//! 2. records on every primary how far it applied each of its partitions ([`position`]), which is also
-//!    refused where a primary holds less than this projector wrote there: a loss too;
-//! 3. on a loss, marks every partition of the generation as healing, up to the end it has now, and puts
+//! 1. asks every primary about itself and records its positions on each ([`super::guard`]): a restart,
+//!    a failover, a flush, or a primary holding less than this projector wrote there is a loss; a batch
+//!    about to be written is then dropped unwritten;
+//! 2. on a loss, marks every partition of the generation as healing, up to the end it has now, and puts
 //!    the active generation back if the loss took it;
-//! 4. reads every partition of its own with a healing entry it has not answered yet again from the
+//! 3. reads every partition of its own with a healing entry it has not answered yet again from the
 //!    position Redis holds (the earliest offset where a primary holds none), and ends the entries it has
 //!    caught up with.
 //!
@@ -17,19 +18,17 @@ use std::collections::{HashMap, HashSet};
 use shared::connection::Connection;
 use shared::Keyspace;
 
-use super::loss::{NodeInfo, Seen};
+use super::guard::Watch;
 use super::Projector;
-use crate::observe::NodeLabels;
 use crate::source::Partition;
 use crate::store::position::{self, Healing};
 use crate::store::{self};
 use crate::Error;
 
 /// What one live projector remembers between two looks.
-#[derive(Default)]
 pub struct Heal {
-    seen: Seen,
-    written: position::Written,
+    /// The look itself, also asked before every batch is written.
+    pub watch: Watch,
     /// Losses this projector has read its partitions again for.
     answered: HashSet<String>,
     /// A loss whose healing entries are not all written yet (the broker did not answer).
@@ -37,77 +36,66 @@ pub struct Heal {
 }
 
 impl Heal {
+    pub fn new(projector: &Projector) -> Self {
+        Self { watch: Watch::new(projector.conn(), projector.metrics()), answered: HashSet::new(), pending: None }
+    }
+
     /// One look; see the module's documentation. An error of Redis is logged and tried again next time;
     /// a Redis that came back able to evict keys is refused.
-    pub async fn check(&mut self, projector: &mut Projector, conn: &mut Connection) -> Result<(), Error> {
+    pub async fn check(&mut self, projector: &mut Projector) -> Result<(), Error> {
         let keys = projector.store.keys().clone();
-        let losses = match self.look(projector, conn).await {
-            Ok(losses) => losses,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not ask the read model's Redis about itself");
-                return Ok(());
-            }
-        };
-        if losses.iter().any(|l| !l.starts_with("flush")) {
-            store::check_no_eviction(conn).await?;
-        }
-        let mut losses = losses;
-        match position::record(conn, &keys, &projector.source.positions(), &mut self.written).await {
-            Ok(lost) if !lost.is_empty() => {
-                losses.push(format!("positions lost on {} of generation {}", lost[0], keys.generation()))
-            }
+        match self.watch.losses(&keys, &projector.source.positions()).await {
+            Ok(losses) if !losses.is_empty() => return self.lost(projector, &losses.join("; ")).await,
             Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "could not record the positions in Redis"),
+            Err(e) => tracing::warn!(error = %e, "could not ask the read model's Redis about itself"),
         }
-        if !losses.is_empty() {
-            let loss = losses.join("; ");
-            tracing::error!(%loss, "the read model's Redis lost data; projecting again from what it holds");
-            if let Err(e) = mark_lost(projector, conn, &keys, &loss).await {
-                tracing::warn!(error = %e, "could not mark the read model as incomplete");
-            }
-            projector.metrics.redis.losses.inc();
-            self.pending = Some(loss);
+        self.settle(projector).await;
+        Ok(())
+    }
+
+    /// Answers a loss, found by the look or by the guard before a batch was written: marks the read
+    /// model incomplete, then every partition as healing, and reads this projector's partitions again.
+    pub async fn lost(&mut self, projector: &mut Projector, loss: &str) -> Result<(), Error> {
+        let mut conn = self.watch.conn();
+        if loss.split("; ").any(|l| !l.starts_with("flush")) {
+            store::check_no_eviction(&mut conn).await?;
         }
+        tracing::error!(%loss, "the read model's Redis lost data; projecting again from what it holds");
+        let keys = projector.store.keys().clone();
+        if let Err(e) = mark_lost(projector, &mut conn, &keys, loss).await {
+            tracing::warn!(error = %e, "could not mark the read model as incomplete");
+        }
+        projector.metrics.redis.losses.inc();
+        self.pending = Some(loss.to_string());
+        self.settle(projector).await;
+        Ok(())
+    }
+
+    /// Writes the healing entries of a loss not fully marked yet, and answers the entries of this
+    /// projector's partitions.
+    async fn settle(&mut self, projector: &mut Projector) {
+        let mut conn = self.watch.conn();
+        let keys = projector.store.keys().clone();
         if let Some(loss) = self.pending.clone() {
-            match mark_everything(projector, conn, &keys, &loss).await {
+            match mark_everything(projector, &mut conn, &keys, &loss).await {
                 Ok(()) => self.pending = None,
                 Err(e) => tracing::warn!(error = %e, "could not mark every partition as healing; trying again"),
             }
         }
-        if let Err(e) = self.answer(projector, conn, &keys).await {
+        if let Err(e) = self.answer(projector, &mut conn, &keys).await {
             tracing::warn!(error = %e, "could not read the healing entries");
         }
-        Ok(())
     }
 
     /// On shutdown, once the last batch is applied: records the positions, so that the next start reads
     /// nothing twice, unless Redis lost data since the last look (then the next start finds out).
-    pub async fn leave(&mut self, projector: &Projector, conn: &mut Connection) {
+    pub async fn leave(&mut self, projector: &Projector) {
         let keys = projector.store.keys().clone();
-        match self.look(projector, conn).await {
-            Ok(losses) if losses.is_empty() => {
-                let positions = projector.source.positions();
-                if let Err(e) = position::record(conn, &keys, &positions, &mut self.written).await {
-                    tracing::warn!(error = %e, "could not record the positions in Redis");
-                }
-            }
+        match self.watch.losses(&keys, &projector.source.positions()).await {
+            Ok(losses) if losses.is_empty() => {}
             Ok(losses) => tracing::warn!(?losses, "Redis lost data; the next start reads it again"),
-            Err(e) => tracing::warn!(error = %e, "could not ask the read model's Redis about itself"),
+            Err(e) => tracing::warn!(error = %e, "could not record the positions in Redis"),
         }
-    }
-
-    /// Reads every primary's `INFO`: sets the memory gauges and returns the losses since the last look.
-    async fn look(&mut self, projector: &Projector, conn: &mut Connection) -> redis::RedisResult<Vec<String>> {
-        let mut now = HashMap::new();
-        for node in conn.nodes().await? {
-            let info: String = redis::from_redis_value(conn.on_node(&node, &position::info()).await?)?;
-            let info = NodeInfo::parse(&info);
-            let labels = NodeLabels { node: node.address.clone() };
-            projector.metrics.redis.memory_used.get_or_create(&labels).set(info.used_memory);
-            projector.metrics.redis.memory_max.get_or_create(&labels).set(info.maxmemory);
-            now.insert(node.address, info);
-        }
-        Ok(self.seen.compare(now))
     }
 
     /// Reads again the partitions of this projector with a healing entry it has not answered, and ends
@@ -126,9 +114,7 @@ impl Heal {
                 .collect();
             tracing::warn!(from = %from.join(" "), "reading partitions again after a loss");
             projector.source.rewind(&starts)?;
-            for expected in self.written.values_mut() {
-                expected.retain(|p, _| !again.contains(p));
-            }
+            self.watch.forget(&again);
             self.answered.extend(mine.values().map(|h| h.loss.clone()));
         }
         let positions = projector.source.positions();
@@ -143,24 +129,6 @@ impl Heal {
         projector.metrics.redis.healing.set(left);
         projector.metrics.redis.set_reason(mine.values().next().filter(|_| left > 0).map(|h| h.loss.clone()));
         Ok(())
-    }
-}
-
-/// Keeps the memory gauges of every primary current once a second, apart from the batches: a projector
-/// whose batch waits for a full Redis still reports how full it is.
-pub async fn watch_memory(mut conn: Connection, metrics: std::sync::Arc<crate::observe::Metrics>) {
-    let mut ticker = tokio::time::interval(std::time::Duration::from_secs(1));
-    loop {
-        ticker.tick().await;
-        let Ok(nodes) = conn.nodes().await else { continue };
-        for node in nodes {
-            let Ok(reply) = conn.on_node(&node, &position::info()).await else { continue };
-            let Ok(info) = redis::from_redis_value::<String>(reply) else { continue };
-            let info = NodeInfo::parse(&info);
-            let labels = NodeLabels { node: node.address.clone() };
-            metrics.redis.memory_used.get_or_create(&labels).set(info.used_memory);
-            metrics.redis.memory_max.get_or_create(&labels).set(info.maxmemory);
-        }
     }
 }
 

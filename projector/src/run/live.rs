@@ -22,8 +22,8 @@ const CHECK_EVERY: Duration = Duration::from_millis(250);
 pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -> Result<(), Error> {
     let id = uuid::Uuid::new_v4().to_string();
     let mut conn = projector.conn();
-    let mut heal = Heal::default();
-    let _memory = AbortOnDrop(tokio::spawn(super::heal::watch_memory(conn.clone(), projector.metrics())));
+    let mut heal = Heal::new(&projector);
+    let _memory = AbortOnDrop(tokio::spawn(super::guard::watch_memory(conn.clone(), projector.metrics())));
     let mut last_check: Option<Instant> = None;
     loop {
         if last_check.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
@@ -31,18 +31,22 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
             if !housekeeping(&mut projector, &mut conn, &id, &mut stopped).await? {
                 break;
             }
-            heal.check(&mut projector, &mut conn).await?;
+            heal.check(&mut projector).await?;
         }
-        if projector.step(&mut stopped, CHECK_EVERY).await == Step::Stopped {
-            tracing::info!("stopping before the batch in hand was applied; it will be applied again");
-            break;
+        match projector.step(&mut heal.watch, &mut stopped, CHECK_EVERY).await {
+            Step::Stopped => {
+                tracing::info!("stopping before the batch in hand was applied; it will be applied again");
+                break;
+            }
+            Step::Lost(loss) => heal.lost(&mut projector, &loss).await?,
+            Step::Applied(_) | Step::Idle => {}
         }
         if *stopped.borrow() {
             break;
         }
     }
     projector.source.commit_applied();
-    heal.leave(&projector, &mut conn).await;
+    heal.leave(&projector).await;
     let _ = members::leave(&mut conn, &projector.config.key_prefix, &id).await;
     tracing::info!(counts = ?projector.metrics.counts(), "projector stopped");
     Ok(())

@@ -4,6 +4,7 @@
 //! notices that Redis lost data and projects it again (`loss`, `heal`).
 
 mod control;
+mod guard;
 mod handover;
 mod heal;
 mod live;
@@ -23,7 +24,7 @@ use tokio::sync::watch;
 pub use control::rebuild_state;
 pub use members::{live_instances, Instance};
 
-use crate::batch::{self, Step};
+use crate::batch::{self, Guard, Step};
 use crate::config::Config;
 use crate::observe::{self, Health, Metrics};
 use crate::source::Source;
@@ -91,8 +92,8 @@ impl Projector {
     }
 
     /// One batch: see [`crate::batch`].
-    async fn step(&mut self, stopped: &mut watch::Receiver<bool>, idle: Duration) -> Step {
-        batch::step(&mut self.source, &mut self.store, &self.metrics, stopped, idle).await
+    async fn step(&mut self, guard: &mut impl Guard, stopped: &mut watch::Receiver<bool>, idle: Duration) -> Step {
+        batch::step(&mut self.source, &mut self.store, &self.metrics, guard, stopped, idle).await
     }
 
     /// Writes to another generation from the next batch on.

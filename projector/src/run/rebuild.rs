@@ -20,6 +20,7 @@ use shared::connection::Connection;
 use shared::Keyspace;
 use tokio::sync::watch;
 
+use super::guard::Watch;
 use super::{control, handover, Projector};
 use crate::backoff::Backoff;
 use crate::batch::Step;
@@ -40,14 +41,40 @@ pub struct Options {
 /// What a rebuild tells its operator as it goes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
-    WaitingForLock { lock: String },
-    Resuming { generation: u64 },
-    StartingOver { lost: u64 },
-    Building { generation: u64, active: u64 },
-    Remaining { generation: u64, messages: i64 },
-    HandoverPostponed { running: usize },
-    Switched { generation: u64, old: u64, digest: Digest },
-    Deleted { generation: u64, keys: usize },
+    WaitingForLock {
+        lock: String,
+    },
+    Resuming {
+        generation: u64,
+    },
+    StartingOver {
+        lost: u64,
+    },
+    Building {
+        generation: u64,
+        active: u64,
+    },
+    Remaining {
+        generation: u64,
+        messages: i64,
+    },
+    HandoverPostponed {
+        running: usize,
+    },
+    Switched {
+        generation: u64,
+        old: u64,
+        digest: Digest,
+    },
+    Deleted {
+        generation: u64,
+        keys: usize,
+    },
+    /// Redis lost data of the generation being built: it is read again from what Redis holds.
+    ReadingAgain {
+        generation: u64,
+        loss: String,
+    },
 }
 
 impl std::fmt::Display for Notice {
@@ -73,6 +100,9 @@ impl std::fmt::Display for Notice {
                 write!(f, "switched to generation {generation} (was {old}); digest {digest}")
             }
             Notice::Deleted { generation, keys } => write!(f, "deleted generation {generation} ({keys} keys)"),
+            Notice::ReadingAgain { generation, loss } => {
+                write!(f, "generation {generation}: Redis lost data ({loss}); reading again from what it holds")
+            }
         }
     }
 }
@@ -122,10 +152,11 @@ pub async fn run(
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
     }
-    let renewal = tokio::spawn(renew(conn.clone(), lock.clone(), token.clone()));
-    let result = rebuild(&config, &options, &mut conn, &mut stopped, notify).await;
+    let lock = Lock { key: lock, token, lost: Arc::new(AtomicBool::new(false)) };
+    let renewal = tokio::spawn(renew(conn.clone(), lock.clone()));
+    let result = rebuild(&config, &options, &mut conn, &lock, &mut stopped, notify).await;
     renewal.abort();
-    let _: Result<i64, _> = redis::Script::new(RELEASE).key(&lock).arg(&token).invoke_async(&mut conn).await;
+    let _: Result<i64, _> = redis::Script::new(RELEASE).key(&lock.key).arg(&lock.token).invoke_async(&mut conn).await;
     let Some((generation, old)) = result? else { return Ok(None) };
     tokio::select! {
         _ = stopped.wait_for(|stop| *stop) => {}
@@ -152,13 +183,52 @@ pub async fn run(
     Ok(Some(generation))
 }
 
-async fn renew(mut conn: Connection, lock: String, token: String) {
+/// The rebuild lock as this rebuild holds it.
+#[derive(Clone)]
+pub struct Lock {
+    key: String,
+    token: String,
+    /// Set once a renewal found the lock gone or held by another rebuild.
+    lost: Arc<AtomicBool>,
+}
+
+impl Lock {
+    /// Stops a rebuild whose lock was lost: another rebuild may be running, and two would switch in turn.
+    pub fn ensure_held(&self) -> Result<(), Error> {
+        if self.lost.load(Ordering::Acquire) {
+            return Err(Error::Refused(format!(
+                "this rebuild lost {}: it expired or was taken (Redis lost it, or stalled longer than {} s); \
+                 run the rebuild again",
+                self.key,
+                LOCK_TTL_MS / 1000
+            )));
+        }
+        Ok(())
+    }
+
+    /// Asks Redis whether this rebuild still holds the lock, right before the switch.
+    pub async fn check(&self, conn: &mut Connection) -> Result<(), Error> {
+        let holder: Option<String> = conn.get(&self.key).await?;
+        if holder.as_deref() != Some(self.token.as_str()) {
+            self.lost.store(true, Ordering::Release);
+        }
+        self.ensure_held()
+    }
+}
+
+async fn renew(mut conn: Connection, lock: Lock) {
     loop {
         tokio::time::sleep(Duration::from_millis(LOCK_TTL_MS / 4)).await;
         let renewed: redis::RedisResult<i64> =
-            redis::Script::new(RENEW).key(&lock).arg(&token).arg(LOCK_TTL_MS).invoke_async(&mut conn).await;
-        if let Err(e) = renewed {
-            tracing::warn!(error = %e, "could not renew the rebuild lock");
+            redis::Script::new(RENEW).key(&lock.key).arg(&lock.token).arg(LOCK_TTL_MS).invoke_async(&mut conn).await;
+        match renewed {
+            Ok(0) => {
+                tracing::error!(lock = %lock.key, "the rebuild lock is gone or held by another rebuild; stopping");
+                lock.lost.store(true, Ordering::Release);
+                return;
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not renew the rebuild lock"),
         }
     }
 }
@@ -180,8 +250,11 @@ async fn target(config: &Config, conn: &mut Connection, old: u64, notify: Notify
         notify(Notice::StartingOver { lost });
         store::delete_generation(conn, &Keyspace::new(prefix.clone(), lost)).await?;
     }
+    // Above the counter, the active generation and the abandoned rebuild's, so that a counter Redis lost
+    // or rolled back never hands out a generation number again.
+    let above = old.max(state.generation.unwrap_or(0));
     let generation: u64 =
-        redis::Script::new(NEXT).key(Keyspace::generation_counter(prefix)).arg(old).invoke_async(conn).await?;
+        redis::Script::new(NEXT).key(Keyspace::generation_counter(prefix)).arg(above).invoke_async(conn).await?;
     let group = format!("{}-rebuild-g{generation}", config.group_id);
     let started = now().to_string();
     let meta = Keyspace::new(prefix.clone(), generation).meta();
@@ -195,6 +268,7 @@ async fn rebuild(
     config: &Config,
     options: &Options,
     conn: &mut Connection,
+    lock: &Lock,
     stopped: &mut watch::Receiver<bool>,
     notify: Notify<'_>,
 ) -> Result<Option<(u64, u64)>, Error> {
@@ -214,7 +288,7 @@ async fn rebuild(
     // An interrupted rebuild resumes from what its generation holds.
     let starts = position::read(conn, projector.store.keys(), &everything).await?;
     projector.source.assign(everything.into_iter().collect(), |p| starts.get(p).copied().flatten())?;
-    let mut written = position::Written::new();
+    let mut watch = Watch::new(conn.clone(), projector.metrics());
     let mut last_recorded = Instant::now();
     let rebuilding = Arc::new(AtomicBool::new(true));
     projector.serve_http(rebuilding.clone()).await;
@@ -222,15 +296,22 @@ async fn rebuild(
     let mut last_measured: Option<Instant> = None;
     let full = Step::Applied(config.batch_size as usize);
     loop {
-        let stepped = projector.step(stopped, Duration::from_millis(200)).await;
-        if stepped == Step::Stopped {
-            return Ok(None);
+        lock.ensure_held()?;
+        let stepped = projector.step(&mut watch, stopped, Duration::from_millis(200)).await;
+        match &stepped {
+            Step::Stopped => return Ok(None),
+            Step::Lost(loss) => read_again(&mut projector, &mut watch, loss, notify).await?,
+            Step::Applied(_) | Step::Idle => {}
         }
         if last_recorded.elapsed() >= Duration::from_secs(1) {
             last_recorded = Instant::now();
             let keys = projector.store.keys().clone();
-            if let Err(e) = position::record(conn, &keys, &projector.source.positions(), &mut written).await {
-                tracing::warn!(error = %e, "could not record the rebuild's positions");
+            match watch.losses(&keys, &projector.source.positions()).await {
+                Ok(losses) if !losses.is_empty() => {
+                    read_again(&mut projector, &mut watch, &losses.join("; "), notify).await?
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(error = %e, "could not record the rebuild's positions"),
             }
         }
         // The exact lag takes a broker round trip per partition: measure it once a second while full
@@ -246,7 +327,7 @@ async fn rebuild(
             last_report = Instant::now();
         }
         if remaining <= options.handover_lag {
-            if handover::run(config, options, conn, &mut projector, stopped, notify).await? {
+            if handover::run(config, options, conn, lock, &mut projector, &mut watch, stopped, notify).await? {
                 break;
             }
             if *stopped.borrow() {
@@ -261,4 +342,22 @@ async fn rebuild(
     let digest = Digest::of(conn, &Keyspace::new(prefix.clone(), generation)).await?;
     notify(Notice::Switched { generation, old, digest });
     Ok(Some((generation, old)))
+}
+
+/// After Redis lost data of the generation being built: reads every partition again from what Redis
+/// holds (the earliest offset where a primary holds nothing). Nobody reads the generation yet, so this
+/// is the whole of its healing.
+pub async fn read_again(
+    projector: &mut Projector,
+    watch: &mut Watch,
+    loss: &str,
+    notify: Notify<'_>,
+) -> Result<(), Error> {
+    notify(Notice::ReadingAgain { generation: projector.generation(), loss: loss.to_string() });
+    let everything: Vec<_> = projector.source.partitions()?.to_vec();
+    let mut conn = watch.conn();
+    let starts = position::read(&mut conn, projector.store.keys(), &everything).await?;
+    projector.source.rewind(&starts)?;
+    watch.forget_all();
+    Ok(())
 }

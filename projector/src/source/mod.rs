@@ -188,6 +188,11 @@ impl Source {
         self.reposition()
     }
 
+    /// Drops the messages taken from the broker and not applied: they are read again.
+    pub fn drop_fetched(&mut self) -> Result<(), BrokerError> {
+        self.reposition()
+    }
+
     /// Assigns every partition of the share at its position in `applied`, or at its earliest offset.
     fn reposition(&mut self) -> Result<(), BrokerError> {
         let at = |p: &Partition| self.applied.get(p).map_or(Offset::Beginning, |o| Offset::Offset(*o));

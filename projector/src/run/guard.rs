@@ -1,0 +1,144 @@
+//! The look that tells whether the read model's Redis may have lost data, taken before every batch is
+//! written and after every Redis error ([`crate::batch::Guard`]), and a few times a second besides:
+//!
+//! 1. every primary's `INFO` ([`super::loss`]): a restart, a failover or a flush is a loss;
+//! 2. the positions this projector applied, recorded on every primary ([`position`]): refused where a
+//!    primary holds less than this projector wrote there last, which is a loss too (a rollback).
+//!
+//! A Redis user that may not run `INFO` (it is in the `@dangerous` category) leaves only the second
+//! look; that is said once in the log, and the projector goes on.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use redis::RedisResult;
+use shared::connection::Connection;
+use shared::Keyspace;
+
+use super::loss::{NodeInfo, Seen};
+use crate::batch::{Doubt, Guard};
+use crate::observe::{Metrics, NodeLabels};
+use crate::source::Partition;
+use crate::store::position;
+
+/// What one projector remembers between two looks.
+pub struct Watch {
+    conn: Connection,
+    metrics: Arc<Metrics>,
+    seen: Seen,
+    /// What this projector last recorded on each primary: what the next record expects to find.
+    pub written: position::Written,
+    /// Where this projector's partitions stand, as of the batch about to be written.
+    positions: HashMap<Partition, i64>,
+    /// Redis refused `INFO` to this user: only the positions tell a loss.
+    info_refused: bool,
+}
+
+impl Watch {
+    pub fn new(conn: Connection, metrics: Arc<Metrics>) -> Self {
+        Self {
+            conn,
+            metrics,
+            seen: Seen::default(),
+            written: position::Written::new(),
+            positions: HashMap::new(),
+            info_refused: false,
+        }
+    }
+
+    /// Both looks; the losses found, one line each (empty: none).
+    pub async fn losses(&mut self, keys: &Keyspace, positions: &HashMap<Partition, i64>) -> RedisResult<Vec<String>> {
+        let mut losses = self.look().await?;
+        let lost = position::record(&mut self.conn, keys, positions, &mut self.written).await?;
+        if let Some(first) = lost.first() {
+            losses.push(format!("positions lost on {first} of generation {}", keys.generation()));
+        }
+        Ok(losses)
+    }
+
+    /// Reads every primary's `INFO`: sets the memory gauges and returns the losses since the last look.
+    pub async fn look(&mut self) -> RedisResult<Vec<String>> {
+        if self.info_refused {
+            return Ok(Vec::new());
+        }
+        match read_info(&mut self.conn, &self.metrics).await {
+            Ok(now) => Ok(self.seen.compare(now)),
+            Err(e) if is_refused(&e) => {
+                self.info_refused = true;
+                tracing::warn!(
+                    error = %e,
+                    "this Redis user may not run INFO: losses are told by the recorded positions alone, and the \
+                     memory gauges stay empty (grant +info to see restarts and flushes at once)"
+                );
+                Ok(Vec::new())
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Forgets what was recorded for `partitions`: they are read again from what Redis holds.
+    pub fn forget(&mut self, partitions: &[Partition]) {
+        for expected in self.written.values_mut() {
+            expected.retain(|p, _| !partitions.contains(p));
+        }
+    }
+
+    /// Forgets everything recorded: after a switch to another generation, whose positions are its own.
+    pub fn forget_all(&mut self) {
+        self.written.clear();
+    }
+
+    pub fn conn(&self) -> Connection {
+        self.conn.clone()
+    }
+}
+
+impl Guard for Watch {
+    fn positions(&mut self, positions: HashMap<Partition, i64>) {
+        self.positions = positions;
+    }
+
+    async fn check(&mut self, keys: &Keyspace) -> Result<(), Doubt> {
+        let positions = std::mem::take(&mut self.positions);
+        let losses = self.losses(keys, &positions).await;
+        self.positions = positions;
+        match losses {
+            Ok(losses) if losses.is_empty() => Ok(()),
+            Ok(losses) => Err(Doubt::Lost(losses.join("; "))),
+            Err(e) => Err(Doubt::Unanswered(e.to_string())),
+        }
+    }
+}
+
+/// Whether Redis refused a command to this user (an ACL without it).
+fn is_refused(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM") || e.to_string().contains("NOPERM")
+}
+
+/// Every primary's `INFO`, by address; sets the memory gauges on the way.
+async fn read_info(conn: &mut Connection, metrics: &Metrics) -> RedisResult<HashMap<String, NodeInfo>> {
+    let mut now = HashMap::new();
+    for node in conn.nodes().await? {
+        let info: String = redis::from_redis_value(conn.on_node(&node, &position::info()).await?)?;
+        let info = NodeInfo::parse(&info);
+        let labels = NodeLabels { node: node.address.clone() };
+        metrics.redis.memory_used.get_or_create(&labels).set(info.used_memory);
+        metrics.redis.memory_max.get_or_create(&labels).set(info.maxmemory);
+        now.insert(node.address, info);
+    }
+    Ok(now)
+}
+
+/// Keeps the memory gauges of every primary current once a second, apart from the batches: a projector
+/// whose batch waits for a full Redis still reports how full it is. Ends if the user may not run `INFO`.
+pub async fn watch_memory(mut conn: Connection, metrics: Arc<Metrics>) {
+    let mut ticker = tokio::time::interval(std::time::Duration::from_secs(1));
+    loop {
+        ticker.tick().await;
+        if let Err(e) = read_info(&mut conn, &metrics).await {
+            if is_refused(&e) {
+                return;
+            }
+        }
+    }
+}
