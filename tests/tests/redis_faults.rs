@@ -211,3 +211,44 @@ async fn a_full_redis_is_reported_by_readiness_and_gauges_and_writes_resume_once
     assert_eq!(reqwest::get(format!("{base}/readyz")).await.unwrap().status(), 200);
     running.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_waiting_for_a_redis_that_comes_back_empty_is_not_written_onto_the_loss() {
+    use end_to_end::events::{event, sha256_hex};
+    use serde_json::json;
+    use shared::Topic;
+
+    // Study s1 completed; Redis dies; s1 is retitled while it is away; Redis comes back empty. The
+    // retitle must not be folded onto the empty state (a study from seq 4 alone, never completed, and
+    // seq 1 to 3 then skipped as duplicates): the batch is dropped and the topics read again.
+    let org = end_to_end::unique("org");
+    let at = "2026-05-01T10:00:00Z";
+    let study = |seq, kind, data| event(Topic::Study, &org, "s1", seq, kind, at, data);
+    let secret = format!("{org}-secret");
+    let key = json!({"name": "k", "keySha256": sha256_hex(&secret)});
+    let first = vec![
+        event(Topic::ApiKey, &org, "k1", 1, "api_key.created", at, key),
+        study(1, "study.created", json!({"internalTitle": "Before"})),
+        study(2, "study.launched", json!({})),
+        study(3, "study.completed", json!({"completedAt": at})),
+    ];
+    let retitled = vec![study(4, "study.retitled", json!({"internalTitle": "After"}))];
+    let mut redis = OwnRedis::with(Persistence::Snapshots);
+    let topics = Topics::with_partitions(1).await;
+    kafka::publish(&kafka::producer(), &topics, &first).await;
+    let mut world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(first.len() as u64, Duration::from_secs(60)).await;
+
+    redis.kill();
+    kafka::publish(&kafka::producer(), &topics, &retitled).await;
+    end_to_end::eventually(Duration::from_secs(30), "the retitle to wait for Redis", || async {
+        (world.projector.snapshot().retries > 0).then_some(())
+    })
+    .await;
+    redis.restart();
+
+    let expected = runner::digest(&runner::build_from_scratch(&topics, 5).await).await;
+    world.wait_converged(&expected, Duration::from_secs(60)).await;
+    let (status, body) = world.app.json("/v1/studies/s1", &secret).await;
+    assert_eq!((status, body["internalTitle"].as_str()), (200, Some("After")), "{body}");
+}
