@@ -4,30 +4,32 @@
 //! Every API-key event the projector applies writes a new token to the key index's epoch
 //! (`Keyspace::api_key_epoch`). Each entry here is tagged with the epoch that Redis held when the entry
 //! was read (the organization and the epoch come from one atomic read), and the background refresh reads
-//! the epoch a few times a second. An entry answers only while:
-//! - its epoch and generation are the ones the last refresh read, and
-//! - that refresh started less than [`TRUSTED_FOR`] ago.
+//! the epoch a few times a second. An entry answers only while its epoch and generation are the ones the
+//! last refresh read, and that refresh started less than `TRUSTED_FOR` ago (`crate::read::trust`).
 //!
 //! So a key deleted at time t is refused from the first refresh that starts after t (a quarter of a
-//! second later by default), and never later than t + [`TRUSTED_FOR`], even when the refreshes fail: past
+//! second later by default), and never later than t + `TRUSTED_FOR`, even when the refreshes fail: past
 //! that, every request asks Redis again. A different epoch (a key event, a rollback, a flush, a new
 //! generation) drops every entry. Only keys that authenticated are kept, at most `capacity` of them, so an
 //! attacker's made-up keys never take memory; past the capacity new keys are simply not kept.
 
 use std::collections::HashMap;
+use std::mem::size_of;
 use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// How long after its start a refresh that read the epoch vouches for the entries of that epoch.
-pub const TRUSTED_FOR: Duration = Duration::from_millis(750);
+use crate::read::trust::{Seen, Vouched};
 
 /// The epoch of one generation's key index, as one read found it. `token` is `None` when the index has
 /// no epoch (a read model written before epochs existed): then nothing is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Epoch {
+pub struct KeyIndexEpoch {
     pub generation: u64,
     pub token: Option<String>,
 }
+
+/// What the map holds for each key besides the organization's id: its table slot and control byte.
+const ENTRY_OVERHEAD: usize = size_of::<([u8; 32], Box<str>)>() + 8;
 
 pub struct KeyCache {
     capacity: usize,
@@ -37,9 +39,11 @@ pub struct KeyCache {
 #[derive(Default)]
 struct Inner {
     /// The epoch the last refresh read, and when that refresh started.
-    current: Option<(Epoch, Instant)>,
+    current: Option<Vouched<KeyIndexEpoch>>,
     /// Key SHA-256 → organization, all of `current`'s epoch.
-    entries: HashMap<[u8; 32], String>,
+    entries: HashMap<[u8; 32], Box<str>>,
+    /// What `entries` holds: each entry and its organization's id.
+    bytes: usize,
 }
 
 impl KeyCache {
@@ -51,48 +55,64 @@ impl KeyCache {
     /// The organization of a key in `generation`, if it is kept and still vouched for at `now`.
     pub fn get(&self, sha256: &[u8; 32], generation: u64, now: Instant) -> Option<String> {
         let inner = self.inner.read().expect("key cache");
-        let (epoch, read_at) = inner.current.as_ref()?;
-        if epoch.generation != generation || now.saturating_duration_since(*read_at) >= TRUSTED_FOR {
+        let current = inner.current.as_ref()?;
+        if current.epoch().generation != generation || !current.is_recent(now) {
             return None;
         }
-        inner.entries.get(sha256).cloned()
+        inner.entries.get(sha256).map(|org| org.to_string())
     }
 
     /// Keeps what a request read from Redis: the key's organization and the epoch read with it. Kept only
     /// when that epoch is the current one: an entry of another epoch could be older than a revocation.
-    pub fn insert(&self, sha256: [u8; 32], org: &str, epoch: &Epoch) {
+    pub fn insert(&self, sha256: [u8; 32], org: &str, epoch: &KeyIndexEpoch) {
         if epoch.token.is_none() {
             return;
         }
         let mut inner = self.inner.write().expect("key cache");
-        let current = inner.current.as_ref().map(|(e, _)| e);
+        let current = inner.current.as_ref().map(Vouched::epoch);
         if current != Some(epoch) || inner.entries.len() >= self.capacity {
             return;
         }
-        inner.entries.insert(sha256, org.to_string());
+        let replaced = inner.entries.insert(sha256, org.into()).map_or(0, |old| ENTRY_OVERHEAD + old.len());
+        inner.bytes = inner.bytes + ENTRY_OVERHEAD + org.len() - replaced;
     }
 
     /// Records what a refresh that started at `started` read. A different epoch drops every entry.
-    pub fn refreshed(&self, epoch: Epoch, started: Instant) {
+    pub fn refreshed(&self, epoch: KeyIndexEpoch, started: Instant) {
         let mut inner = self.inner.write().expect("key cache");
-        if inner.current.as_ref().map(|(e, _)| e) != Some(&epoch) {
+        let changed = match inner.current.as_mut() {
+            Some(current) => current.saw(epoch, started) != Seen::Same,
+            None => {
+                inner.current = Some(Vouched::new(epoch, started));
+                true
+            }
+        };
+        if changed {
             inner.entries.clear();
+            inner.bytes = 0;
         }
-        inner.current = Some((epoch, started));
     }
 
     /// Drops everything, until the next refresh (the read model is not known to be complete).
     pub fn forget(&self) {
         let mut inner = self.inner.write().expect("key cache");
         inner.entries.clear();
+        inner.bytes = 0;
         inner.current = None;
     }
 
+    /// The bytes the kept keys hold, their organizations' ids included.
+    pub fn bytes(&self) -> usize {
+        self.inner.read().expect("key cache").bytes
+    }
+
     /// How many keys are kept.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.inner.read().expect("key cache").entries.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -100,7 +120,12 @@ impl KeyCache {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::read::trust::TRUSTED_FOR;
+
+    type Epoch = KeyIndexEpoch;
 
     fn epoch(generation: u64, token: &str) -> Epoch {
         Epoch { generation, token: Some(token.into()) }
@@ -161,6 +186,7 @@ mod tests {
             cache.insert([i; 32], "org", &epoch(1, "a"));
         }
         assert_eq!(cache.len(), 2);
+        assert_eq!(cache.bytes(), 2 * (ENTRY_OVERHEAD + "org".len()));
         cache.forget();
         assert!(cache.is_empty() && cache.get(&[0; 32], 1, t0).is_none());
         assert!(KeyCache::new(0).is_none());

@@ -1,139 +1,103 @@
-//! API-key authentication (api.md section 5): the key comes from `Authorization: Bearer <key>` or
-//! `Service-Api-Key: <key>`, Bearer first; it is looked up by its SHA-256 and never logged or kept (the
-//! SHA-256 and its organization may be kept in memory: `crate::key_cache`).
+//! API-key authentication (api.md section 5): the request's credential ([`credential`]), looked up by its
+//! SHA-256 among the keys kept in memory ([`key_cache`]) or else in Redis, then the throttles
+//! ([`rate_limit`]). The SHA-256 and its organization may be kept in memory; the key never is.
 
-use std::time::Instant;
+pub mod credential;
+pub mod key_cache;
+pub mod rate_limit;
 
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
-use axum::http::HeaderMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
 use sha2::{Digest, Sha256};
+use shared::Keyspace;
 
-use crate::error::ApiError;
-use crate::key_cache::Epoch;
-use crate::state::AppState;
-
-/// Longest key accepted; longer values are not keys and are refused without a lookup.
-const MAX_KEY_LEN: usize = 512;
+use crate::metrics::Metrics;
+use crate::read::model::ReadModel;
+use key_cache::{KeyCache, KeyIndexEpoch};
+use rate_limit::{RateLimit, UnknownKeys};
 
 /// The organization the request's API key belongs to, and the read-model generation the request reads.
 #[derive(Debug, Clone)]
 pub struct Organization {
     pub id: String,
-    pub keys: shared::Keyspace,
+    pub keys: Keyspace,
 }
 
-/// The credential of a request: the Bearer token when an `Authorization` header with the Bearer scheme is
-/// present, else the `Service-Api-Key` header. `None` when neither is present or the one that counts is
-/// malformed: an `Authorization: Bearer` header without a usable token (nothing after the scheme, a tab
-/// for the space, bytes that are not ASCII) is a present, invalid Bearer credential, never a reason to
-/// look at the other header.
-pub fn credential(headers: &HeaderMap) -> Option<&str> {
-    let bearer = headers.get_all("authorization").iter().find_map(|value| {
-        let bytes = value.as_bytes();
-        let scheme_end = bytes.iter().position(|b| *b == b' ' || *b == b'\t').unwrap_or(bytes.len());
-        let (scheme, rest) = bytes.split_at(scheme_end);
-        scheme.eq_ignore_ascii_case(b"bearer").then(|| std::str::from_utf8(rest).ok().map(|t| t.trim_matches(' ')))
-    });
-    let key = match bearer {
-        Some(token) => token?,
-        None => headers.get("service-api-key")?.to_str().ok()?,
-    };
-    let key = key.trim_matches(' ');
-    let well_formed = !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| b.is_ascii_graphic());
-    well_formed.then_some(key)
+/// Why a request is not authenticated.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing or invalid API key")]
+    Unauthorized,
+    /// The key's rate limit is spent; a token comes back after this long.
+    #[error("rate limit exceeded")]
+    RateLimited(Duration),
+    /// Too many unknown keys were looked up lately: keys not kept in memory are not looked up for this long.
+    #[error("too many unknown API keys lately")]
+    Throttled(Duration),
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
 }
 
-/// The lowercase hex SHA-256 of a key's UTF-8 bytes, as `api_key.created` carries it.
-pub fn key_sha256(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
+pub struct Auth {
+    model: ReadModel,
+    kept: Option<KeyCache>,
+    per_key: Option<RateLimit>,
+    unknown: Option<UnknownKeys>,
+    metrics: Arc<Metrics>,
 }
 
-impl FromRequestParts<AppState> for Organization {
-    type Rejection = ApiError;
+impl Auth {
+    pub fn new(
+        model: ReadModel,
+        kept: Option<KeyCache>,
+        per_key: Option<RateLimit>,
+        unknown: Option<UnknownKeys>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self { model, kept, per_key, unknown, metrics }
+    }
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let key = credential(&parts.headers).ok_or(ApiError::Unauthorized)?;
+    /// The API keys kept in memory, unless that is off.
+    pub fn key_cache(&self) -> Option<&KeyCache> {
+        self.kept.as_ref()
+    }
+
+    /// The per-key rate limit, when one is configured.
+    pub fn rate_limit(&self) -> Option<&RateLimit> {
+        self.per_key.as_ref()
+    }
+
+    /// The organization of an API key (a request's [`credential`]) in the generation `keys` is of.
+    pub async fn organization(&self, key: &str, keys: Keyspace) -> Result<Organization, AuthError> {
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-        let keys = state.keyspace().await?;
         let now = Instant::now();
-        let cache = state.key_cache();
-        let id = match cache.and_then(|cache| cache.get(&digest, keys.generation(), now)) {
+        let id = match self.kept.as_ref().and_then(|kept| kept.get(&digest, keys.generation(), now)) {
             Some(id) => {
-                state.metrics().key_lookups_memory.inc();
+                self.metrics.key_lookups_memory.inc();
                 id
             }
             None => {
-                state.metrics().key_lookups_redis.inc();
-                let read = state.read_model().await?.organization_of(&keys, &hex::encode(digest)).await?;
-                let (org, token) = read;
-                let id = org.ok_or(ApiError::Unauthorized)?;
-                if let Some(cache) = cache {
-                    cache.insert(digest, &id, &Epoch { generation: keys.generation(), token });
+                if let Some(unknown) = &self.unknown {
+                    unknown.admits(now).map_err(AuthError::Throttled)?;
+                }
+                self.metrics.key_lookups_redis.inc();
+                let (org, token) = self.model.organization_of(&keys, &hex::encode(digest)).await?;
+                let Some(id) = org else {
+                    if let Some(unknown) = &self.unknown {
+                        unknown.unknown(now);
+                    }
+                    return Err(AuthError::Unauthorized);
+                };
+                if let Some(kept) = &self.kept {
+                    kept.insert(digest, &id, &KeyIndexEpoch { generation: keys.generation(), token });
                 }
                 id
             }
         };
-        if let Some(limit) = state.rate_limit() {
-            limit.take(&digest, now).map_err(ApiError::TooManyRequests)?;
+        if let Some(limit) = &self.per_key {
+            limit.take(&digest).map_err(AuthError::RateLimited)?;
         }
         Ok(Organization { id, keys })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
-        let mut map = HeaderMap::new();
-        for (k, v) in pairs {
-            map.append(axum::http::HeaderName::from_bytes(k.as_bytes()).unwrap(), v.parse().unwrap());
-        }
-        map
-    }
-
-    #[test]
-    fn either_header_carries_the_key() {
-        assert_eq!(credential(&headers(&[("authorization", "Bearer k1")])), Some("k1"));
-        assert_eq!(credential(&headers(&[("service-api-key", "k2")])), Some("k2"));
-        assert_eq!(credential(&headers(&[("Authorization", "bearer k1")])), Some("k1"));
-    }
-
-    #[test]
-    fn bearer_wins_when_both_are_present() {
-        assert_eq!(credential(&headers(&[("service-api-key", "k2"), ("authorization", "Bearer k1")])), Some("k1"));
-        // A malformed Bearer token is not replaced by the other header.
-        assert_eq!(credential(&headers(&[("authorization", "Bearer "), ("service-api-key", "k2")])), None);
-    }
-
-    #[test]
-    fn other_schemes_and_malformed_keys_give_no_credential() {
-        assert_eq!(credential(&headers(&[])), None);
-        assert_eq!(credential(&headers(&[("authorization", "Basic dXNlcjpwYXNz")])), None);
-        assert_eq!(credential(&headers(&[("authorization", "k1")])), None);
-        assert_eq!(credential(&headers(&[("authorization", "Bearer a b")])), None);
-        assert_eq!(credential(&headers(&[("service-api-key", "")])), None);
-        assert_eq!(credential(&headers(&[("service-api-key", &"k".repeat(513))])), None);
-        // A Basic header does not hide a Service-Api-Key.
-        assert_eq!(credential(&headers(&[("authorization", "Basic x"), ("service-api-key", "k2")])), Some("k2"));
-    }
-
-    #[test]
-    fn a_bearer_header_without_a_usable_token_is_an_invalid_bearer_credential() {
-        let other = ("service-api-key", "k2");
-        for value in ["Bearer", "bearer", "Bearer\tk1", "Bearer  ", "Bearer \tk1"] {
-            assert_eq!(credential(&headers(&[("authorization", value), other])), None, "{value:?}");
-        }
-        let mut non_ascii = headers(&[other]);
-        non_ascii.append("authorization", axum::http::HeaderValue::from_bytes(b"Bearer k\xff").unwrap());
-        assert_eq!(credential(&non_ascii), None);
-        // Another scheme, or a word that merely starts like it, leaves the other header to decide.
-        assert_eq!(credential(&headers(&[("authorization", "Bearerish k1"), other])), Some("k2"));
-    }
-
-    #[test]
-    fn the_key_is_looked_up_by_its_sha256() {
-        assert_eq!(key_sha256("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 }

@@ -1,36 +1,58 @@
-//! Reads of the read model kept in memory (`READ_CACHE_MB`, 64 MiB unless set; 0 for none), so that a request for a page that
-//! has not changed is answered without a Redis round trip, and a change is still served within a second.
+//! Reads of the read model kept in memory (`READ_CACHE_MB`, 64 MiB unless set; 0 for none), so that a
+//! request for a page that has not changed is answered without a Redis round trip, and a change is still
+//! served within a second.
 //!
 //! Every write the projector applies to an organization writes a new token to that organization's epoch
 //! (`Keyspace::org_epoch`), in the same script. Every read of an organization returns the epoch with the
 //! data, from the same script, and is kept tagged with it. The background refresh reads the epochs of the
-//! organizations kept, a few times a second: a different epoch drops everything kept of that
-//! organization. A kept read answers only while the latest read of its organization's epoch (by a refresh
-//! or by a read of Redis) started less than [`TRUSTED_FOR`] ago, so an answer is never more than that
-//! behind Redis, even when the refreshes fail. Another generation drops everything.
+//! organizations kept, a few times a second: a kept read answers only while its organization's epoch is
+//! the one it was read with, vouched for lately ([`super::trust`]). Another generation drops everything.
 //!
-//! Memory is bounded by a budget in bytes (what the kept strings take, plus an allowance per entry); when
-//! a read would go past it, everything kept is dropped, and the cache fills again with what is asked for.
+//! Memory is bounded by construction: every kept read is weighed, its key included (the id a request
+//! asked for, at most [`super::MAX_ID_BYTES`]), and the organizations' epochs are counted too. Past the
+//! budget, reads are evicted one at a time (`quick_cache`'s CLOCK-Pro: the least recently asked for go
+//! first), never all at once. Reads of an organization whose epoch changed are dropped at the next refresh.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::mem::size_of;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use crate::read_model::{Page, StoredInterview};
+use quick_cache::{Equivalent, Weighter};
 
-/// How long after its start a read of an organization's epoch vouches for what is kept of it.
-pub const TRUSTED_FOR: Duration = Duration::from_millis(750);
+use super::model::{InterviewRead, Page};
+use super::trust::{Seen, Vouched};
 
-/// What each kept read costs beyond its strings.
-const ENTRY_OVERHEAD: usize = 128;
+/// An organization none of whose reads was kept or asked for this long is no longer followed: its epoch
+/// is no longer read, and its reads are dropped.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// The share of the budget for the organizations followed (their ids and epochs).
+const ORGS_SHARE: usize = 16;
+
+/// What quick_cache and its table hold for each entry besides the key and value: a hash, a slot in its
+/// index and its clock state, rounded up.
+const ENTRY_OVERHEAD: usize = 64;
 
 /// Which read: the route's parameters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum ReadKey {
     Studies { start: u64, stop: u64 },
-    Study(String),
-    Interviews { study: String, start: u64, stop: u64 },
-    Interview(String),
+    Study(Box<str>),
+    Interviews { study: Box<str>, start: u64, stop: u64 },
+    Interview(Box<str>),
+}
+
+impl ReadKey {
+    /// The bytes it holds besides itself.
+    fn heap_bytes(&self) -> usize {
+        match self {
+            ReadKey::Studies { .. } => 0,
+            ReadKey::Study(id) | ReadKey::Interview(id) | ReadKey::Interviews { study: id, .. } => id.len(),
+        }
+    }
 }
 
 /// A read as Redis answered it.
@@ -38,68 +60,154 @@ pub enum ReadKey {
 pub enum Stored {
     Studies(Arc<Page<String>>),
     Study(Arc<Option<String>>),
-    Interviews(Arc<Option<Page<StoredInterview>>>),
-    Interview(Arc<Option<StoredInterview>>),
+    Interviews(Arc<Option<Page<InterviewRead>>>),
+    Interview(Arc<Option<InterviewRead>>),
 }
 
 impl Stored {
-    /// About how many bytes the read takes.
-    fn size(&self) -> usize {
-        let interview =
-            |(doc, transcript): &StoredInterview| doc.len() + transcript.as_ref().map_or(0, String::len) + 48;
-        ENTRY_OVERHEAD
-            + match self {
-                Stored::Studies(page) => page.items.iter().map(|doc| doc.len() + 24).sum(),
-                Stored::Study(doc) => doc.as_ref().as_ref().map_or(0, String::len),
-                Stored::Interviews(page) => {
-                    page.as_ref().as_ref().map_or(0, |page| page.items.iter().map(interview).sum())
-                }
-                Stored::Interview(one) => one.as_ref().as_ref().map_or(0, interview),
+    /// The bytes it holds besides itself: the shared allocation and every string in it.
+    fn heap_bytes(&self) -> usize {
+        fn arc<T>() -> usize {
+            2 * size_of::<usize>() + size_of::<T>()
+        }
+        fn interview((doc, transcript): &InterviewRead) -> usize {
+            doc.capacity() + transcript.as_ref().map_or(0, String::capacity)
+        }
+        fn page<T>(page: &Page<T>, each: impl Fn(&T) -> usize) -> usize {
+            page.items.capacity() * size_of::<T>() + page.items.iter().map(each).sum::<usize>()
+        }
+        match self {
+            Stored::Studies(p) => arc::<Page<String>>() + page(p, String::capacity),
+            Stored::Study(doc) => arc::<Option<String>>() + doc.as_ref().as_ref().map_or(0, String::capacity),
+            Stored::Interviews(p) => {
+                arc::<Option<Page<InterviewRead>>>() + p.as_ref().as_ref().map_or(0, |p| page(p, interview))
             }
+            Stored::Interview(one) => arc::<Option<InterviewRead>>() + one.as_ref().as_ref().map_or(0, interview),
+        }
     }
 }
 
-pub struct ReadCache {
-    budget: usize,
-    inner: RwLock<Inner>,
+/// The key of a kept read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Slot {
+    generation: u64,
+    org: Arc<str>,
+    read: ReadKey,
 }
 
-#[derive(Default)]
-struct Inner {
+/// A [`Slot`] to look up, borrowed.
+struct SlotRef<'a> {
     generation: u64,
-    orgs: HashMap<String, Org>,
+    org: &'a str,
+    read: &'a ReadKey,
+}
+
+impl Hash for Slot {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        SlotRef { generation: self.generation, org: &self.org, read: &self.read }.hash(state);
+    }
+}
+
+impl Hash for SlotRef<'_> {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.generation.hash(state);
+        self.org.hash(state);
+        self.read.hash(state);
+    }
+}
+
+impl Equivalent<Slot> for SlotRef<'_> {
+    fn equivalent(&self, slot: &Slot) -> bool {
+        self.generation == slot.generation && self.org == &*slot.org && self.read == &slot.read
+    }
+}
+
+/// A kept read and the epoch it was read with.
+#[derive(Debug, Clone)]
+struct Kept {
+    epoch: Arc<str>,
+    stored: Stored,
+}
+
+/// The weight of a kept read is the bytes it holds: key, value, what they point to, the cache's entry.
+/// The organization's id is shared with [`Orgs`], which counts it; the epoch is counted with each read.
+#[derive(Clone)]
+struct Weigh;
+
+impl Weighter<Slot, Kept> for Weigh {
+    fn weight(&self, slot: &Slot, kept: &Kept) -> u64 {
+        entry_bytes(slot, kept) as u64
+    }
+}
+
+fn entry_bytes(slot: &Slot, kept: &Kept) -> usize {
+    size_of::<(Slot, Kept)>()
+        + ENTRY_OVERHEAD
+        + slot.read.heap_bytes()
+        + 2 * size_of::<usize>()
+        + kept.epoch.len()
+        + kept.stored.heap_bytes()
+}
+
+/// The organizations followed: their epochs, as last read.
+#[derive(Default)]
+struct Orgs {
+    generation: u64,
+    followed: HashMap<Arc<str>, Org>,
+    /// What `followed` holds, as [`org_bytes`] counts it.
     bytes: usize,
+    /// Some kept reads are of an epoch no longer current: the next refresh drops them.
+    stale: bool,
 }
 
 struct Org {
-    epoch: String,
-    /// When the latest read that found `epoch` started.
-    verified: Instant,
-    reads: HashMap<ReadKey, Stored>,
+    vouched: Vouched<Arc<str>>,
+    /// When a read of it was last kept or answered, in milliseconds since the cache was made.
+    used: AtomicU64,
+}
+
+/// What following an organization holds: the map's entry, its id and its epoch (two shared strings).
+fn org_bytes(org: usize, epoch: usize) -> usize {
+    size_of::<(Arc<str>, Org)>() + ENTRY_OVERHEAD + 4 * size_of::<usize>() + org + epoch
+}
+
+pub struct ReadCache {
+    reads: quick_cache::sync::Cache<Slot, Kept, Weigh>,
+    orgs: RwLock<Orgs>,
+    orgs_budget: usize,
+    started: Instant,
 }
 
 impl ReadCache {
-    /// A cache of about `budget` bytes; `None` when it is 0 (every request reads Redis).
+    /// A cache of at most `budget` bytes; `None` when it is 0 (every request reads Redis).
     pub fn new(budget: usize) -> Option<Self> {
-        (budget > 0).then(|| Self { budget, inner: RwLock::default() })
+        (budget > 0).then(|| {
+            let orgs_budget = budget / ORGS_SHARE;
+            let weight = (budget - orgs_budget) as u64;
+            let reads = quick_cache::sync::Cache::with_weighter((budget / 4096).max(64), weight, Weigh);
+            Self { reads, orgs: RwLock::default(), orgs_budget, started: Instant::now() }
+        })
+    }
+
+    fn millis(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.started).as_millis() as u64
     }
 
     /// A kept read of `org` in `generation`, if its organization's epoch was vouched for lately.
     pub fn get(&self, generation: u64, org: &str, key: &ReadKey, now: Instant) -> Option<Stored> {
-        let inner = self.inner.read().expect("read cache");
-        if inner.generation != generation {
+        let kept = self.reads.get(&SlotRef { generation, org, read: key })?;
+        let orgs = self.orgs.read().expect("read cache");
+        let followed = orgs.followed.get(org).filter(|_| orgs.generation == generation)?;
+        if !followed.vouched.vouches_for(&kept.epoch, now) {
             return None;
         }
-        let org = inner.orgs.get(org)?;
-        if now.saturating_duration_since(org.verified) >= TRUSTED_FOR {
-            return None;
-        }
-        org.reads.get(key).cloned()
+        followed.used.store(self.millis(now), Ordering::Relaxed);
+        Some(kept.stored)
     }
 
     /// Keeps a read of Redis that started at `started` and found the organization at `epoch` (`None`: the
     /// read model has no epoch for it, and nothing is kept). A read that found another epoch than the one
-    /// kept replaces what is kept only if it is the newer of the two.
+    /// followed replaces it only if it is the newer of the two.
     pub fn insert(
         &self,
         generation: u64,
@@ -110,157 +218,107 @@ impl ReadCache {
         started: Instant,
     ) {
         let Some(epoch) = epoch else { return };
-        let size = value.size();
-        if size > self.budget {
-            return;
-        }
-        let mut inner = self.inner.write().expect("read cache");
-        if inner.generation != generation {
-            inner.orgs.clear();
-            inner.bytes = 0;
-            inner.generation = generation;
-        }
-        if inner.bytes + size > self.budget {
-            inner.orgs.clear();
-            inner.bytes = 0;
-        }
-        let mut freed = 0;
-        let kept = inner.orgs.entry(org.to_string()).or_insert_with(|| Org {
-            epoch: epoch.clone(),
-            verified: started,
-            reads: HashMap::new(),
-        });
-        if kept.epoch != epoch {
-            if kept.verified > started {
-                return;
+        let (org, epoch) = {
+            let mut orgs = self.orgs.write().expect("read cache");
+            if orgs.generation != generation {
+                *orgs = Orgs { generation, ..Orgs::default() };
+                self.reads.clear();
             }
-            freed = kept.reads.values().map(Stored::size).sum();
-            *kept = Org { epoch, verified: started, reads: HashMap::new() };
-        }
-        kept.verified = kept.verified.max(started);
-        let replaced = kept.reads.insert(key, value).map_or(0, |old| old.size());
-        inner.bytes = inner.bytes + size - freed - replaced;
+            let used = AtomicU64::new(self.millis(Instant::now()));
+            match orgs.followed.get_key_value(org) {
+                Some((name, _)) => {
+                    let name = name.clone();
+                    let followed = orgs.followed.get_mut(&name).expect("just found");
+                    let before = followed.vouched.epoch().len();
+                    match followed.vouched.saw(Arc::from(epoch.as_str()), started) {
+                        Seen::Older => return,
+                        Seen::Same => {}
+                        Seen::Changed => {
+                            orgs.stale = true;
+                            orgs.bytes = orgs.bytes + epoch.len() - before;
+                        }
+                    }
+                    let followed = orgs.followed.get_mut(&name).expect("just found");
+                    followed.used = used;
+                    let epoch = followed.vouched.epoch().clone();
+                    (name, epoch)
+                }
+                None => {
+                    let bytes = org_bytes(org.len(), epoch.len());
+                    if orgs.bytes + bytes > self.orgs_budget {
+                        return;
+                    }
+                    let (name, epoch): (Arc<str>, Arc<str>) = (Arc::from(org), Arc::from(epoch.as_str()));
+                    orgs.followed.insert(name.clone(), Org { vouched: Vouched::new(epoch.clone(), started), used });
+                    orgs.bytes += bytes;
+                    (name, epoch)
+                }
+            }
+        };
+        self.reads.insert(Slot { generation, org, read: key }, Kept { epoch, stored: value });
     }
 
-    /// The organizations kept in `generation`, whose epochs the refresh reads.
-    pub fn organizations(&self, generation: u64) -> Vec<String> {
-        let inner = self.inner.read().expect("read cache");
-        if inner.generation != generation {
+    /// The organizations followed in `generation`, whose epochs the refresh reads.
+    pub fn organizations(&self, generation: u64) -> Vec<Arc<str>> {
+        let orgs = self.orgs.read().expect("read cache");
+        if orgs.generation != generation {
             return Vec::new();
         }
-        inner.orgs.keys().cloned().collect()
+        orgs.followed.keys().cloned().collect()
     }
 
     /// Records the epochs a refresh that started at `started` read: an organization whose epoch changed
-    /// (or is gone) is dropped, the others are vouched for as of `started`.
-    pub fn refreshed(&self, generation: u64, epochs: Vec<(String, Option<String>)>, started: Instant) {
-        let mut inner = self.inner.write().expect("read cache");
-        if inner.generation != generation {
+    /// (or is gone) has its reads dropped, the others are vouched for as of `started`. Organizations idle
+    /// for a minute are no longer followed.
+    pub fn refreshed(&self, generation: u64, epochs: Vec<(Arc<str>, Option<String>)>, started: Instant) {
+        let mut orgs = self.orgs.write().expect("read cache");
+        if orgs.generation != generation {
             return;
         }
+        let idle_since = self.millis(started).saturating_sub(IDLE.as_millis() as u64);
         for (org, epoch) in epochs {
-            let Some(kept) = inner.orgs.get_mut(&org) else { continue };
-            if epoch.as_deref() == Some(kept.epoch.as_str()) {
-                kept.verified = kept.verified.max(started);
-            } else if kept.verified <= started {
-                let freed: usize = kept.reads.values().map(Stored::size).sum();
-                inner.orgs.remove(&org);
-                inner.bytes -= freed;
+            let Some(followed) = orgs.followed.get_mut(&org) else { continue };
+            let before = followed.vouched.epoch().len();
+            let idle = followed.used.load(Ordering::Relaxed) < idle_since;
+            let gone = match epoch {
+                Some(epoch) if !idle => match followed.vouched.saw(Arc::from(epoch.as_str()), started) {
+                    Seen::Same | Seen::Older => continue,
+                    Seen::Changed => {
+                        orgs.bytes = orgs.bytes + epoch.len() - before;
+                        false
+                    }
+                },
+                _ => true,
+            };
+            if gone {
+                orgs.followed.remove(&org);
+                orgs.bytes -= org_bytes(org.len(), before);
             }
+            orgs.stale = true;
+        }
+        if std::mem::take(&mut orgs.stale) {
+            // One pass over what is kept, for every organization that changed since the last refresh.
+            let current = |slot: &Slot, kept: &Kept| {
+                orgs.followed.get(&slot.org).is_some_and(|org| org.vouched.epoch() == &kept.epoch)
+            };
+            self.reads.retain(current);
         }
     }
 
     /// Drops everything (the read model is not known to be complete, or is gone).
     pub fn forget(&self) {
-        let mut inner = self.inner.write().expect("read cache");
-        inner.orgs.clear();
-        inner.bytes = 0;
+        let mut orgs = self.orgs.write().expect("read cache");
+        orgs.followed.clear();
+        orgs.bytes = 0;
+        self.reads.clear();
     }
 
-    /// The bytes kept, as the budget counts them.
+    /// The bytes kept: every kept read's key and value, and the organizations followed.
     pub fn bytes(&self) -> usize {
-        self.inner.read().expect("read cache").bytes
+        self.reads.weight() as usize + self.orgs.read().expect("read cache").bytes
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn page(docs: &[&str]) -> Stored {
-        Stored::Studies(Arc::new(Page {
-            total: docs.len() as u64,
-            items: docs.iter().map(|d| d.to_string()).collect(),
-        }))
-    }
-
-    fn first(stored: Option<Stored>) -> Option<String> {
-        match stored? {
-            Stored::Studies(page) => page.items.first().cloned(),
-            _ => None,
-        }
-    }
-
-    const KEY: ReadKey = ReadKey::Studies { start: 0, stop: 19 };
-
-    #[test]
-    fn a_read_is_served_from_memory_while_its_organizations_epoch_is_vouched_for() {
-        let cache = ReadCache::new(1 << 20).unwrap();
-        let t0 = Instant::now();
-        cache.insert(1, "o", KEY, page(&["a"]), Some("e1".into()), t0);
-        assert_eq!(first(cache.get(1, "o", &KEY, t0 + Duration::from_millis(100))).as_deref(), Some("a"));
-        assert!(cache.get(1, "o", &KEY, t0 + TRUSTED_FOR).is_none(), "not vouched for lately");
-        assert!(cache.get(2, "o", &KEY, t0).is_none() && cache.get(1, "p", &KEY, t0).is_none());
-        assert!(cache.get(1, "o", &ReadKey::Studies { start: 20, stop: 39 }, t0).is_none());
-        // A refresh that found the same epoch vouches for it again.
-        cache.refreshed(1, vec![("o".into(), Some("e1".into()))], t0 + TRUSTED_FOR);
-        assert!(cache.get(1, "o", &KEY, t0 + TRUSTED_FOR).is_some());
-        assert_eq!(cache.organizations(1), vec!["o".to_string()]);
-    }
-
-    #[test]
-    fn another_epoch_drops_the_organization_and_an_older_read_never_replaces_a_newer_one() {
-        let cache = ReadCache::new(1 << 20).unwrap();
-        let t0 = Instant::now();
-        let t = |ms| t0 + Duration::from_millis(ms);
-        cache.insert(1, "o", KEY, page(&["a"]), Some("e1".into()), t(0));
-        cache.refreshed(1, vec![("o".into(), Some("e2".into()))], t(10));
-        assert!(cache.get(1, "o", &KEY, t(20)).is_none());
-        assert_eq!(cache.bytes(), 0);
-        // A read that started before a newer epoch was seen is not kept under its older epoch.
-        cache.insert(1, "o", KEY, page(&["new"]), Some("e2".into()), t(30));
-        cache.insert(1, "o", KEY, page(&["old"]), Some("e1".into()), t(25));
-        assert_eq!(first(cache.get(1, "o", &KEY, t(40))).as_deref(), Some("new"));
-        // A newer read that found another epoch replaces what was kept.
-        cache.insert(1, "o", KEY, page(&["newer"]), Some("e3".into()), t(50));
-        assert_eq!(first(cache.get(1, "o", &KEY, t(60))).as_deref(), Some("newer"));
-        // A refresh that started before that read does not drop it.
-        cache.refreshed(1, vec![("o".into(), Some("e2".into()))], t(45));
-        assert!(cache.get(1, "o", &KEY, t(60)).is_some());
-        // Without an epoch, nothing is kept; an organization whose epoch is gone is dropped.
-        cache.insert(1, "p", KEY, page(&["x"]), None, t(60));
-        assert!(cache.get(1, "p", &KEY, t(60)).is_none());
-        cache.refreshed(1, vec![("o".into(), None)], t(70));
-        assert!(cache.get(1, "o", &KEY, t(70)).is_none());
-    }
-
-    #[test]
-    fn memory_stays_within_the_budget_and_another_generation_starts_afresh() {
-        let doc = "d".repeat(1000);
-        let cache = ReadCache::new(10_000).unwrap();
-        let t0 = Instant::now();
-        for i in 0..50 {
-            cache.insert(1, &format!("o{i}"), KEY, page(&[&doc]), Some("e".into()), t0);
-            assert!(cache.bytes() <= 10_000, "{}", cache.bytes());
-        }
-        assert!(cache.bytes() > 0);
-        cache.insert(2, "o", KEY, page(&["a"]), Some("e".into()), t0);
-        assert!(cache.get(1, "o49", &KEY, t0).is_none() && cache.get(2, "o", &KEY, t0).is_some());
-        assert!(cache.organizations(1).is_empty());
-        cache.insert(2, "big", KEY, page(&[&"x".repeat(20_000)]), Some("e".into()), t0);
-        assert!(cache.get(2, "big", &KEY, t0).is_none(), "a read larger than the budget is not kept");
-        cache.forget();
-        assert_eq!(cache.bytes(), 0);
-        assert!(ReadCache::new(0).is_none());
-    }
-}
+#[path = "cache_tests.rs"]
+mod tests;
