@@ -35,6 +35,7 @@ async fn thousands_of_requests_for_long_made_up_ids_leave_the_api_memory_within_
         .await;
     assert!(statuses.iter().all(|status| *status == 404), "every made-up id is not found");
     let grown = api.memory("VmRSS").saturating_sub(before);
+    eprintln!("the API's resident memory grew by {} KiB", grown / 1024);
     assert!(grown < 48 * MIB, "the API grew by {} MiB", grown / MIB);
 }
 
@@ -75,5 +76,6 @@ async fn a_page_of_large_transcripts_is_served_whole_or_refused_within_the_page_
     // The reply from Redis and the body written from it, with room for the allocator: never the 32 MB
     // page, twice over, that reading it whole would take.
     let peak = api.memory("VmHWM").saturating_sub(before);
+    eprintln!("the API's peak resident memory grew by {} KiB", peak / 1024);
     assert!(peak < 3 * 8 * MIB, "the API's peak grew by {} MiB", peak / MIB);
 }
