@@ -14,7 +14,7 @@ use shared::Keyspace;
 
 use crate::metrics::Metrics;
 use crate::read::model::ReadModel;
-use key_cache::{KeyCache, KeyIndexEpoch};
+use key_cache::{Kept, KeyCache, KeyIndexEpoch};
 use rate_limit::{RateLimit, UnknownKeys};
 
 /// The organization the request's API key belongs to, and the read-model generation the request reads.
@@ -73,9 +73,12 @@ impl Auth {
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         let now = Instant::now();
         let id = match self.kept.as_ref().and_then(|kept| kept.get(&digest, keys.generation(), now)) {
-            Some(id) => {
+            Some(kept) => {
                 self.metrics.key_lookups_memory.inc();
-                id
+                match kept {
+                    Kept::Organization(id) => id,
+                    Kept::Unknown => return Err(AuthError::Unauthorized),
+                }
             }
             None => {
                 if let Some(unknown) = &self.unknown {
@@ -83,14 +86,18 @@ impl Auth {
                 }
                 self.metrics.key_lookups_redis.inc();
                 let (org, token) = self.model.organization_of(&keys, &hex::encode(digest)).await?;
+                let epoch = KeyIndexEpoch { generation: keys.generation(), token };
                 let Some(id) = org else {
                     if let Some(unknown) = &self.unknown {
                         unknown.unknown(now);
                     }
+                    if let Some(kept) = &self.kept {
+                        kept.insert_unknown(digest, &epoch);
+                    }
                     return Err(AuthError::Unauthorized);
                 };
                 if let Some(kept) = &self.kept {
-                    kept.insert(digest, &id, &KeyIndexEpoch { generation: keys.generation(), token });
+                    kept.insert(digest, &id, &epoch);
                 }
                 id
             }
