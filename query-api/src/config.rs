@@ -47,6 +47,12 @@ pub struct Config {
     #[arg(long, env = "RATE_LIMIT_BURST", default_value_t = 50)]
     pub rate_limit_burst: u32,
 
+    /// Lookups in Redis that find no key, per second, for the whole instance (a token bucket of as many).
+    /// Past it, keys not kept in memory are not looked up until a token is back: the answer is 503 with
+    /// Retry-After. Keys kept in memory are never throttled. 0 for no throttle.
+    #[arg(long, env = "UNKNOWN_KEYS_PER_SECOND", default_value_t = 200)]
+    pub unknown_keys_per_second: u32,
+
     /// Most API keys kept in memory, so that a request authenticates without a Redis round trip; 0 asks
     /// Redis on every request. A key event drops them all, and they serve only while the key index's epoch
     /// was read within the last 750 ms (see GENERATION_REFRESH_MS): a revoked key is refused within a second.
@@ -61,6 +67,12 @@ pub struct Config {
     #[arg(long, env = "READ_CACHE_MB", default_value_t = 64)]
     pub read_cache_mb: u64,
 
+    /// Most a page of interviews may take, in MiB: its stored documents and transcripts, summed in Redis
+    /// before anything is read. A larger page is answered 400 with a JSON string that asks for a smaller
+    /// pageSize, so that no request holds more than about twice this in memory.
+    #[arg(long, env = "MAX_PAGE_MB", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_page_mb: u64,
+
     /// Longest a client may take to send a request's head (line and headers), in milliseconds; past it the
     /// connection is closed.
     #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -69,6 +81,11 @@ pub struct Config {
     /// Longest a request may take, in milliseconds; past it the answer is 503 with Retry-After.
     #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
+
+    /// Longest the requests in flight are waited for once the server is asked to stop, in milliseconds;
+    /// past it the server stops without them.
+    #[arg(long, env = "SHUTDOWN_DRAIN_MS", default_value_t = 10_000)]
+    pub shutdown_drain_ms: u64,
 
     /// How often the active generation of the read model (and the key index's epoch) is read, in
     /// milliseconds. Above 750, API keys kept in memory are never trusted and every request asks Redis.
@@ -126,6 +143,14 @@ impl Config {
 
     pub fn redis_timeout(&self) -> Duration {
         Duration::from_millis(self.redis_timeout_ms)
+    }
+
+    pub fn shutdown_drain(&self) -> Duration {
+        Duration::from_millis(self.shutdown_drain_ms)
+    }
+
+    pub fn generation_refresh(&self) -> Duration {
+        Duration::from_millis(self.generation_refresh_ms)
     }
 }
 

@@ -2,10 +2,15 @@
 //! 400 is a JSON string, 401 and 404 an object with `error`. Internal failures are logged here and
 //! answered with a fixed message, so nothing internal reaches a client.
 
+use std::time::Duration;
+
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
+
+use crate::auth::AuthError;
+use crate::read::ReadError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -20,7 +25,14 @@ pub enum ApiError {
     MethodNotAllowed,
     /// The key's rate limit is spent; a token comes back after this long.
     #[error("rate limit exceeded")]
-    TooManyRequests(std::time::Duration),
+    TooManyRequests(Duration),
+    /// A page whose documents and transcripts take more than a page may (`MAX_PAGE_MB`): 400, so that the
+    /// client asks for a smaller `pageSize` rather than the same page again.
+    #[error("the page takes {bytes} bytes, more than the {budget} a page may")]
+    PageTooLarge { bytes: u64, budget: u64 },
+    /// Too many unknown API keys were looked up lately: 503 with `Retry-After`.
+    #[error("too many unknown API keys lately")]
+    Throttled(Duration),
     /// Redis unreachable, slow or failing: the client should retry with backoff.
     #[error("read model unavailable: {0}")]
     Unavailable(#[from] redis::RedisError),
@@ -38,6 +50,12 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match self {
             ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, Json(message)).into_response(),
+            ApiError::PageTooLarge { bytes, budget } => {
+                let message = format!(
+                    "this page takes {bytes} bytes, more than the {budget} a page may: ask for a smaller pageSize"
+                );
+                (StatusCode::BAD_REQUEST, Json(message)).into_response()
+            }
             ApiError::Unauthorized => {
                 let mut response = error(StatusCode::UNAUTHORIZED, "missing or invalid API key");
                 response.headers_mut().insert("www-authenticate", "Bearer".parse().expect("valid header"));
@@ -47,8 +65,7 @@ impl IntoResponse for ApiError {
             ApiError::MethodNotAllowed => error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed"),
             ApiError::TooManyRequests(wait) => {
                 let mut response = error(StatusCode::TOO_MANY_REQUESTS, "rate limit exceeded for this API key");
-                let seconds = wait.as_secs_f64().ceil().max(1.0) as u64;
-                response.headers_mut().insert("retry-after", seconds.into());
+                response.headers_mut().insert("retry-after", retry_after(wait).into());
                 response
             }
             ApiError::Unavailable(e) => {
@@ -59,6 +76,15 @@ impl IntoResponse for ApiError {
                 tracing::warn!(why, "request refused to protect the server");
                 unavailable()
             }
+            ApiError::Throttled(wait) => {
+                tracing::warn!(
+                    ?wait,
+                    "API keys not kept in memory are not looked up for a while: too many unknown ones"
+                );
+                let mut response = unavailable();
+                response.headers_mut().insert("retry-after", retry_after(wait).into());
+                response
+            }
             ApiError::NotReady(why) => {
                 tracing::warn!(why, "read model not ready");
                 unavailable()
@@ -67,6 +93,31 @@ impl IntoResponse for ApiError {
                 tracing::error!(error = %e, "internal error");
                 error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
             }
+        }
+    }
+}
+
+/// Whole seconds, at least 1.
+fn retry_after(wait: Duration) -> u64 {
+    wait.as_secs_f64().ceil().max(1.0) as u64
+}
+
+impl From<AuthError> for ApiError {
+    fn from(e: AuthError) -> Self {
+        match e {
+            AuthError::Unauthorized => ApiError::Unauthorized,
+            AuthError::RateLimited(wait) => ApiError::TooManyRequests(wait),
+            AuthError::Throttled(wait) => ApiError::Throttled(wait),
+            AuthError::Redis(e) => ApiError::Unavailable(e),
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Redis(e) => ApiError::Unavailable(e),
+            ReadError::PageTooLarge { bytes, budget } => ApiError::PageTooLarge { bytes, budget },
         }
     }
 }

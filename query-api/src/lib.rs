@@ -1,124 +1,76 @@
 //! The query API: a stateless, read-only HTTP server over the Redis read model (api.md).
+//!
+//! # Layout
+//!
+//! Where each rule of api.md lives, and the path of one request, from the socket to the read model:
+//!
+//! - [`edge`]: the HTTP edge. `accept` is the connection loop (header-read timeout, graceful shutdown
+//!   within `SHUTDOWN_DRAIN_MS`); `edge::app` lists the middleware in the order a request meets them
+//!   (request id, log span, panic guard, `no-store` and `nosniff`, compression, the concurrency cap and
+//!   the timeout: `limits`), each in a file of its own; `tasks` owns the background tasks.
+//! - [`api`]: the spec. `handlers` are the four endpoints of section 4, one function each, telling one
+//!   request's life; `models` are the bodies of section 2, written from stored bytes by `json`;
+//!   `pagination` is section 4.5; `openapi` and `docs` the definition of section 9; `health` the
+//!   operational routes. One route list (`api::v1`) feeds the router and the definition.
+//! - [`auth`]: section 5. `credential` finds the key in the headers; `key_cache` keeps keys that
+//!   authenticated; `rate_limit` throttles per key and unknown keys.
+//! - [`read`]: the read path. `model` is every Redis read (one script each); `cache` keeps reads in
+//!   memory, bounded in bytes; `trust` is the epoch that vouches for what both caches keep; `generation`
+//!   is the generation served; `freshness` how fresh it is, from the projectors' reports.
+//! - [`links`]: section 8's video links: `credentials`, the hand-written signer `sigv4`, `bucket` rules.
+//! - `state`: what requests share, and the refresh that keeps the generation, the freshness and the
+//!   epochs current. `error`: the one error type, mapped to section 7's statuses and bodies.
+//!
+//! Dependencies run one way: `edge` → `api` → `state` → `auth` → `read`, and `links`; none back.
 
-pub mod auth;
-mod body;
-mod bucket;
+mod api;
+mod auth;
 pub mod config;
-mod credentials;
-mod docs;
-pub mod error;
-pub mod freshness;
-pub mod key_cache;
-mod limits;
-pub mod metrics;
-pub mod models;
-pub mod openapi;
-pub mod pagination;
-pub mod presign;
-mod rate_limit;
-pub mod read_cache;
-pub mod read_model;
-mod reads;
-pub mod routes;
-mod serve;
-pub mod sigv4;
-pub mod state;
+mod edge;
+mod error;
+mod links;
+mod metrics;
+mod read;
+mod state;
 
-use std::future::{Future, IntoFuture};
-use std::time::Duration;
-
-use axum::http::{header, HeaderName, HeaderValue, Request};
-use axum::routing::get;
-use axum::Router;
 use tokio::net::TcpListener;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::compression::CompressionLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, RequestId, SetRequestIdLayer};
-use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::trace::TraceLayer;
 
+pub use auth::credential::key_sha256;
 pub use config::Config;
-use error::ApiError;
+/// The video-link signer, for its benchmark.
+pub use links::sigv4;
+/// The read model's scripts, for the benchmarks that load them.
+pub use read::model::{INTERVIEWS_PAGE, ONE_INTERVIEW, STUDIES_PAGE};
+
+use edge::tasks::Tasks;
 use state::AppState;
 
-const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-
-/// Serves on `listener` until `shutdown` completes, then finishes the requests in flight.
+/// Serves on `listener` (and the admin routes on `admin`) until `shutdown` completes, then finishes the
+/// requests in flight, for at most `SHUTDOWN_DRAIN_MS`.
 pub async fn run(
     listener: TcpListener,
     admin: Option<TcpListener>,
     config: Config,
-    shutdown: impl Future<Output = ()> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    let presigner = presign::Presigner::from_config(&config).await;
-    let state = AppState::new(&config, presigner)?;
-    let follower = tokio::spawn(state.clone().follow_generation(Duration::from_millis(config.generation_refresh_ms)));
+    let links = links::Presigner::from_config(&config).await;
+    let state = AppState::new(&config, links)?;
+    // Dropped when this function returns, however it returns: the tasks stop with the server.
+    let mut tasks = Tasks::default();
+    tasks.spawn(state.clone().follow(config.generation_refresh()));
+    tasks.spawn(state.clone().prune_rate_limit(std::time::Duration::from_secs(10)));
     tracing::info!(addr = %listener.local_addr()?, prefix = %config.key_prefix, "query API listening");
-    let admin = match admin {
-        Some(admin) => {
-            tracing::info!(addr = %admin.local_addr()?, "admin listener: /metrics, /readyz, /livez");
-            Some(tokio::spawn(axum::serve(admin, admin_app(state.clone())).into_future()))
-        }
-        None => None,
-    };
-    serve::serve(listener, app(state, &config), config.header_read_timeout(), shutdown).await;
-    follower.abort();
     if let Some(admin) = admin {
-        admin.abort();
+        tracing::info!(addr = %admin.local_addr()?, "admin listener: /metrics, /readyz, /livez");
+        let app = edge::admin_app(state.clone());
+        tasks.spawn(async move {
+            if let Err(e) = axum::serve(admin, app).await {
+                tracing::error!(error = %e, "the admin listener stopped");
+            }
+        });
     }
+    let app = edge::app(state, &config);
+    edge::accept::serve(listener, app, config.header_read_timeout(), config.shutdown_drain(), shutdown).await;
     Ok(())
-}
-
-/// The router with every route and the HTTP layers.
-pub fn app(state: AppState, config: &Config) -> Router {
-    let metrics = state.metrics().clone();
-    let v1 = Router::new()
-        .route("/studies", get(routes::list_studies))
-        .route("/studies/{id}", get(routes::get_study))
-        .route("/studies/{id}/interviews", get(routes::list_interviews))
-        .route("/interviews/{id}", get(routes::get_interview))
-        .route("/openapi.json", get(openapi_json))
-        .route("/docs", get(docs::page))
-        .route("/docs/redoc.standalone.js", get(docs::renderer))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), freshness::headers));
-    let router = Router::new()
-        .nest("/v1", v1)
-        .route("/livez", get(routes::livez))
-        .route("/readyz", get(routes::readyz))
-        .fallback(routes::not_found)
-        .method_not_allowed_fallback(routes::method_not_allowed)
-        .route_layer(axum::middleware::from_fn_with_state(metrics, metrics::track))
-        .with_state(state);
-    limits::apply(router, config.max_concurrent_requests as usize, config.request_timeout())
-        .layer(CompressionLayer::new())
-        .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
-        .layer(SetResponseHeaderLayer::overriding(
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ))
-        .layer(CatchPanicLayer::custom(|_| {
-            axum::response::IntoResponse::into_response(ApiError::Internal("handler panicked".into()))
-        }))
-        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
-        .layer(TraceLayer::new_for_http().make_span_with(|request: &Request<_>| {
-            // The path only: headers carry the API key, and a query string is no place for secrets to be logged.
-            let id = request.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok());
-            tracing::info_span!("request", id = id.unwrap_or("-"), method = %request.method(), path = %request.uri().path())
-        }))
-        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-}
-
-/// The admin listener's router: metrics and the detail of readiness, for operators, never the public.
-pub fn admin_app(state: AppState) -> Router {
-    Router::new()
-        .route("/metrics", get(metrics::render).with_state(state.metrics().clone()))
-        .route("/readyz", get(routes::readyz_detail))
-        .route("/livez", get(routes::livez))
-        .with_state(state)
-        .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
-}
-
-async fn openapi_json() -> impl axum::response::IntoResponse {
-    ([(header::CONTENT_TYPE, "application/json")], openapi::document())
 }

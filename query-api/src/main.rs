@@ -1,5 +1,5 @@
 use clap::Parser;
-use query_api::config::Config;
+use query_api::Config;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -1,16 +1,11 @@
-//! Prometheus metrics of the API: requests and latency by route and status, authentication failures and
-//! video links that could not be signed. A registry per server (no global recorder).
+//! Prometheus metrics of the API: requests and latency by route and status, authentication failures,
+//! video links that could not be signed, and what is kept in memory. A registry per server (no global
+//! recorder); the middleware that counts requests is `crate::edge::metrics`.
 
-use std::sync::Arc;
-use std::time::Instant;
-
-use axum::extract::{MatchedPath, Request, State};
-use axum::http::header;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -27,6 +22,11 @@ pub struct SourceLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CacheLabels {
+    pub cache: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     pub route: String,
 }
@@ -35,17 +35,20 @@ type Latency = Family<RouteLabels, Histogram, fn() -> Histogram>;
 
 pub struct Metrics {
     registry: Registry,
-    requests: Family<RequestLabels, Counter>,
-    latency: Latency,
+    pub requests: Family<RequestLabels, Counter>,
+    pub latency: Latency,
     pub auth_failures: Counter,
     pub presign_failures: Counter,
     pub video_links_refused: Counter,
-    /// API keys found in memory (`crate::key_cache`), and looked up in Redis.
+    /// API keys found in memory (`crate::auth::key_cache`), and looked up in Redis.
     pub key_lookups_memory: Counter,
     pub key_lookups_redis: Counter,
-    /// Data reads answered from memory (`crate::read_cache`), and from Redis, while reads are kept.
+    /// Data reads answered from memory (`crate::read::cache`), and from Redis, while reads are kept.
     pub reads_memory: Counter,
     pub reads_redis: Counter,
+    /// The bytes the caches hold, as they count them: `reads` and `keys`.
+    pub kept_reads_bytes: Gauge,
+    pub kept_keys_bytes: Gauge,
 }
 
 impl Default for Metrics {
@@ -75,6 +78,14 @@ impl Default for Metrics {
             "reads",
             "Data reads while reads are kept in memory (READ_CACHE_MB), by where: `memory` or `redis`",
         );
+        let kept = Family::<CacheLabels, Gauge>::default();
+        registry.register(
+            "kept_bytes",
+            "Bytes held by what is kept in memory, by cache: `reads` or `keys`",
+            kept.clone(),
+        );
+        let kept_reads_bytes = kept.get_or_create(&CacheLabels { cache: "reads" }).clone();
+        let kept_keys_bytes = kept.get_or_create(&CacheLabels { cache: "keys" }).clone();
         Self {
             registry,
             requests,
@@ -86,6 +97,8 @@ impl Default for Metrics {
             key_lookups_redis,
             reads_memory,
             reads_redis,
+            kept_reads_bytes,
+            kept_keys_bytes,
         }
     }
 }
@@ -104,51 +117,5 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("metrics encode");
         out
-    }
-}
-
-/// Counts and times every request by its route pattern (never the raw path, which holds ids).
-pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
-    let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_string();
-    let method = method_label(request.method()).to_string();
-    let started = Instant::now();
-    let response = next.run(request).await;
-    metrics.latency.get_or_create(&RouteLabels { route: route.clone() }).observe(started.elapsed().as_secs_f64());
-    let status = response.status().as_u16();
-    metrics.requests.get_or_create(&RequestLabels { route, method, status }).inc();
-    if status == 401 {
-        metrics.auth_failures.inc();
-    }
-    response
-}
-
-/// The `method` label: the API serves GET and HEAD; any other method token, which a client may make up at
-/// will, is `other`, so that no request can add a label value.
-fn method_label(method: &axum::http::Method) -> &'static str {
-    match *method {
-        axum::http::Method::GET => "GET",
-        axum::http::Method::HEAD => "HEAD",
-        _ => "other",
-    }
-}
-
-pub async fn render(State(metrics): State<Arc<Metrics>>) -> Response {
-    let content_type = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-    ([(header::CONTENT_TYPE, content_type)], metrics.render()).into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use axum::http::Method;
-
-    use super::method_label;
-
-    #[test]
-    fn only_get_and_head_are_labelled_by_name() {
-        assert_eq!(method_label(&Method::GET), "GET");
-        assert_eq!(method_label(&Method::HEAD), "HEAD");
-        for method in [Method::POST, Method::DELETE, Method::from_bytes(&[b'X'; 2000]).unwrap()] {
-            assert_eq!(method_label(&method), "other");
-        }
     }
 }

@@ -11,8 +11,10 @@ pub mod events;
 pub mod keys;
 #[cfg(feature = "process")]
 pub mod process;
+pub mod projectors;
 pub mod time;
 
 pub use documents::{Facet, InterviewDocument, Participant, StudyDocument, VideoObject};
 pub use events::{decode, Decoded, Envelope, Event, Poison, Topic};
 pub use keys::Keyspace;
+pub use projectors::ProjectorReport;

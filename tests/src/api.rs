@@ -149,6 +149,21 @@ impl World {
         let mut builder = runner::config(&self.topics, &self.prefix, &unique("g"));
         builder.generation = Some(2);
         runner::build(builder, self.projector.consumed(), Duration::from_secs(60)).await;
+        self.make_the_second_generation_active().await;
+    }
+
+    /// Builds generation 2 from `messages`, on topics of its own (so it holds other data than generation
+    /// 1), then switches to it as [`Self::switch_to_a_second_generation`] does.
+    pub async fn switch_to_a_second_generation_of(&self, messages: &[Outgoing]) {
+        let topics = Topics::create().await;
+        kafka::publish(&self.producer, &topics, messages).await;
+        let mut builder = runner::config(&topics, &self.prefix, &unique("g"));
+        builder.generation = Some(2);
+        runner::build(builder, messages.len() as u64, Duration::from_secs(60)).await;
+        self.make_the_second_generation_active().await;
+    }
+
+    async fn make_the_second_generation_active(&self) {
         let mut conn = crate::redis().await;
         let _: () = ::redis::AsyncCommands::set(&mut conn, Keyspace::active_generation(&self.prefix), 2).await.unwrap();
         runner::delete_generation(&mut conn, &Keyspace::new(self.prefix.clone(), 1)).await;
@@ -160,5 +175,59 @@ impl World {
         self.published += messages.len() as u64;
         let (projector, total) = (&self.projector, self.published);
         projector.wait_until_consumed(total, Duration::from_secs(60)).await;
+    }
+}
+
+/// The real query-api binary, for tests that measure the memory of its process: started on a free loopback
+/// port with the test's key prefix and the stack's Redis, killed when dropped.
+pub struct ApiProcess {
+    pub address: String,
+    pub client: reqwest::Client,
+    process: crate::runner::KillOnDrop,
+}
+
+impl ApiProcess {
+    /// Starts the binary (built by `cargo build -p query-api`) with `extra` arguments, and waits until it
+    /// answers `/livez`.
+    pub async fn spawn(prefix: &str, extra: &[&str]) -> Self {
+        let exe = std::env::current_exe().expect("test binary path");
+        let binary = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("query-api");
+        assert!(binary.exists(), "{} is missing: run `cargo build -p query-api` first", binary.display());
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let listen = format!("127.0.0.1:{port}");
+        let child = std::process::Command::new(binary)
+            .args(["--listen-addr", &listen, "--admin-addr", "off", "--key-prefix", prefix])
+            .args(["--redis-url", &env("REDIS_URL"), "--generation-refresh-ms", "100", "--s3-disabled", "true"])
+            .arg(format!("--redis-cluster={}", crate::redis_cluster()))
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("query-api starts");
+        let api = Self {
+            address: format!("http://{listen}"),
+            client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
+            process: crate::runner::KillOnDrop(child),
+        };
+        eventually(Duration::from_secs(10), "the API process to answer /livez", || async {
+            let live = api.client.get(format!("{}/livez", api.address)).send().await;
+            live.is_ok_and(|r| r.status() == 200).then_some(())
+        })
+        .await;
+        api
+    }
+
+    /// GET with the key as a Bearer token.
+    pub async fn get(&self, path: &str, key: &str) -> reqwest::Response {
+        self.client.get(format!("{}{path}", self.address)).bearer_auth(key).send().await.expect("request sent")
+    }
+
+    /// A figure of the process's memory from `/proc/<pid>/status`, in bytes: `VmRSS` (resident now) or
+    /// `VmHWM` (the most it was resident).
+    pub fn memory(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.process.id())).expect("process status");
+        let line = status.lines().find(|line| line.starts_with(&format!("{field}:"))).expect("the field");
+        let kb: u64 = line.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("a number of kB");
+        kb * 1024
     }
 }

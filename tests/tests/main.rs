@@ -10,6 +10,7 @@ mod edge;
 mod freshness;
 mod http;
 mod media;
+mod memory;
 mod operability;
 mod projection;
 mod read_cache;

@@ -116,7 +116,7 @@ async fn a_key_deleted_under_load_is_refused_by_every_api_instance_within_a_seco
     // The deletion, and the moment Redis has it applied.
     let mut conn = redis().await;
     let generation: u64 = conn.get(Keyspace::active_generation(&world.prefix)).await.unwrap();
-    let entry = Keyspace::new(world.prefix.clone(), generation).api_key_sha(&query_api::auth::key_sha256(SECRET));
+    let entry = Keyspace::new(world.prefix.clone(), generation).api_key_sha(&query_api::key_sha256(SECRET));
     assert!(conn.exists::<_, bool>(&entry).await.unwrap());
     let deletion = key.then("api_key.deleted", "2026-06-01T00:00:00Z", json!({})).messages[1..].to_vec();
     kafka::publish(&kafka::producer(), &world.topics, &deletion).await;

@@ -55,16 +55,9 @@ async fn main() -> Result<()> {
         pipeline.apply(batch).await?;
     }
     let sha = |source: &str| Script::new(source).get_hash().to_string();
-    let (studies_sha, interviews_sha, one_sha) = (
-        sha(query_api::read_model::STUDIES_PAGE),
-        sha(query_api::read_model::INTERVIEWS_PAGE),
-        sha(query_api::read_model::ONE_INTERVIEW),
-    );
-    for source in [
-        query_api::read_model::STUDIES_PAGE,
-        query_api::read_model::INTERVIEWS_PAGE,
-        query_api::read_model::ONE_INTERVIEW,
-    ] {
+    let (studies_sha, interviews_sha, one_sha) =
+        (sha(query_api::STUDIES_PAGE), sha(query_api::INTERVIEWS_PAGE), sha(query_api::ONE_INTERVIEW));
+    for source in [query_api::STUDIES_PAGE, query_api::INTERVIEWS_PAGE, query_api::ONE_INTERVIEW] {
         Script::new(source).prepare_invoke().load_async(&mut conn).await?;
     }
     let study = format!("{org}-s000");

@@ -18,36 +18,14 @@ use std::collections::{BTreeSet, HashMap};
 
 use redis::aio::ConnectionLike;
 use redis::RedisResult;
-use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use shared::Keyspace;
 
 use crate::observe::now;
 use crate::source::Partition;
 
-/// A live projector not heard from for this long is taken for gone.
-pub const INSTANCE_TIMEOUT_SECS: f64 = 5.0;
-
-/// What a live projector reports about itself.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Instance {
-    pub group: String,
-    pub generation: u64,
-    pub paused: bool,
-    /// Unix time of this report.
-    pub heartbeat: f64,
-    /// Unix time of the last batch applied.
-    pub last_progress: f64,
-    /// How many partitions the consumer group has assigned to this instance.
-    #[serde(default)]
-    pub partitions: usize,
-    /// `occurredAt` (Unix time) of the latest event this instance applied; 0 before the first.
-    #[serde(default)]
-    pub latest_event: f64,
-    /// Whether it has applied everything it reads (and is not projecting again after a loss).
-    #[serde(default)]
-    pub caught_up: bool,
-}
+/// What a live projector reports about itself: one type with the query API, which reads the same reports.
+pub use shared::ProjectorReport as Instance;
 
 /// Reports this instance and reads every live projector (this one included) in one round trip: both
 /// commands touch the same key, so they stay one pipeline on a cluster too.
@@ -95,7 +73,7 @@ async fn live<C: ConnectionLike + Send>(
     let mut live = HashMap::new();
     for (id, json) in all {
         match serde_json::from_str::<Instance>(&json) {
-            Ok(instance) if now - instance.heartbeat < INSTANCE_TIMEOUT_SECS => {
+            Ok(instance) if instance.is_live(now) => {
                 live.insert(id, instance);
             }
             _ => leave(conn, prefix, &id).await?,

@@ -11,8 +11,10 @@ use std::time::{Duration, Instant, SystemTime};
 use aws_credential_types::provider::{ProvideCredentials, SharedCredentialsProvider};
 use chrono::{DateTime, Utc};
 
-use crate::presign::{lifetime, LINK_LIFETIME};
-use crate::sigv4::{Keys, SigningKey};
+use super::sigv4::{Keys, SigningKey};
+
+/// Lifetime of a video link (api.md section 8).
+pub const LINK_LIFETIME: Duration = Duration::from_secs(900);
 
 /// Credentials without an expiry are fetched again this often, to follow rotations.
 const REFRESH_EVERY: Duration = Duration::from_secs(300);
@@ -126,6 +128,16 @@ impl Shared {
                 cached.filter(|c| lifetime(c.expiry, now).is_some())
             }
         }
+    }
+}
+
+/// Seconds a link made `now` may live: the link lifetime, cut to what the credentials have left;
+/// `None` when they have expired.
+pub fn lifetime(expiry: Option<SystemTime>, now: SystemTime) -> Option<u64> {
+    let full = LINK_LIFETIME.as_secs();
+    match expiry {
+        None => Some(full),
+        Some(expiry) => expiry.duration_since(now).ok().map(|left| left.as_secs().min(full)).filter(|s| *s > 0),
     }
 }
 

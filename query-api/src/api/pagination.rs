@@ -2,6 +2,7 @@
 //! bounds, each given at most once; anything else is 400 with a JSON string body.
 
 use crate::error::ApiError;
+use crate::read::Span;
 
 pub const DEFAULT_PAGE_SIZE: u64 = 20;
 pub const MAX_PAGE_SIZE: u64 = 100;
@@ -40,6 +41,11 @@ impl Pagination {
     /// The zero-based index of the last item of the page.
     pub fn stop(&self) -> u64 {
         self.start() + self.page_size - 1
+    }
+
+    /// The items of the page.
+    pub fn span(&self) -> Span {
+        Span { start: self.start(), stop: self.stop() }
     }
 }
 

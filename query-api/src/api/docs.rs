@@ -6,8 +6,8 @@
 use axum::http::header;
 use axum::response::IntoResponse;
 
-const PAGE: &str = include_str!("../assets/docs.html");
-const REDOC: &str = include_str!("../assets/redoc.standalone.js");
+const PAGE: &str = include_str!("../../assets/docs.html");
+const REDOC: &str = include_str!("../../assets/redoc.standalone.js");
 
 /// Only this server: Redoc's styles are inline (styled-components) and its search index runs in a worker
 /// made from a blob.

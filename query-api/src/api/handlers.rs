@@ -1,23 +1,36 @@
-//! The four endpoints of api.md section 4, and the operational ones.
-//!
-//! Authentication runs first (it is an extractor), then pagination, then one read of the read model.
+//! The four endpoints of api.md section 4. One request's life: authentication first (the [`Organization`]
+//! extractor: api.md section 5), then pagination (section 4.5), then one read (`crate::read::Reads`), then
+//! the body written from the stored bytes (`super::json`) with fresh video links (`crate::links`).
 
 use axum::extract::rejection::PathRejection;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{header, HeaderValue, StatusCode};
+use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
 use shared::StudyDocument;
 
+use super::json::{InterviewFields, JsonBody};
+use super::models::{ErrorBody, Interview, InterviewPage, PageInfo, PageQuery, Study, StudyPage};
+use super::pagination::Pagination;
+use crate::auth::credential::credential;
 use crate::auth::Organization;
-use crate::body::{self, Body};
 use crate::error::ApiError;
-use crate::models::{ErrorBody, Interview, InterviewPage, PageInfo, PageQuery, Study, StudyPage};
-use crate::pagination::Pagination;
-use crate::presign::{Links, NoLink, Presigner};
-use crate::read_model::StoredInterview;
+use crate::links::{Links, NoLink, Presigner};
+use crate::read::model::InterviewRead;
 use crate::state::AppState;
+
+impl FromRequestParts<AppState> for Organization {
+    type Rejection = ApiError;
+
+    /// A request without a credential is refused before anything is read; else the key is looked up in the
+    /// generation being served.
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let key = credential(&parts.headers).ok_or(ApiError::Unauthorized)?;
+        let keys = state.keyspace().await?;
+        Ok(state.auth.organization(key, keys).await?)
+    }
+}
 
 /// Completed studies of the key's organization, by completion date, newest first.
 #[utoipa::path(
@@ -39,8 +52,8 @@ pub async fn list_studies(
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let page = Pagination::parse(query.as_deref())?;
-    let found = state.studies(&org, page).await?;
-    let mut body = Body::with_capacity(64 + found.items.iter().map(|doc| doc.len() + 1).sum::<usize>());
+    let found = state.reads.studies(&org.keys, &org.id, page.span()).await?;
+    let mut body = JsonBody::with_capacity(64 + found.items.iter().map(|doc| doc.len() + 1).sum::<usize>());
     body.open_page();
     for (i, doc) in found.items.iter().enumerate() {
         body.item(i);
@@ -70,7 +83,7 @@ pub async fn get_study(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Study>, ApiError> {
     let Ok(Path(id)) = id else { return Err(ApiError::NotFound("study")) };
-    let stored = state.study(&org, &id).await?;
+    let stored = state.reads.study(&org.keys, &org.id, &id).await?;
     let doc = stored.as_deref().ok_or(ApiError::NotFound("study"))?;
     let doc: StudyDocument = serde_json::from_str(doc).map_err(internal)?;
     Ok(Json(Study {
@@ -104,10 +117,10 @@ pub async fn list_interviews(
 ) -> Result<Response, ApiError> {
     let Ok(Path(study_id)) = study_id else { return Err(ApiError::NotFound("study")) };
     let page = Pagination::parse(query.as_deref())?;
-    let found = state.interviews(&org, &study_id, page).await?;
+    let found = state.reads.interviews(&org.keys, &org.id, &study_id, page.span()).await?;
     let found = found.as_ref().as_ref().ok_or(ApiError::NotFound("study"))?;
-    let mut body = Body::with_capacity(64 + found.items.iter().map(served_size).sum::<usize>());
-    let mut links = state.presigner().map(Presigner::links);
+    let mut body = JsonBody::with_capacity(64 + found.items.iter().map(served_size).sum::<usize>());
+    let mut links = state.links.as_deref().map(Presigner::links);
     body.open_page();
     for (i, stored) in found.items.iter().enumerate() {
         body.item(i);
@@ -137,10 +150,10 @@ pub async fn get_interview(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Ok(Path(id)) = id else { return Err(ApiError::NotFound("interview")) };
-    let found = state.interview(&org, &id).await?;
+    let found = state.reads.interview(&org.keys, &org.id, &id).await?;
     let stored = found.as_ref().as_ref().ok_or(ApiError::NotFound("interview"))?;
-    let mut body = Body::with_capacity(served_size(stored));
-    let mut links = state.presigner().map(Presigner::links);
+    let mut body = JsonBody::with_capacity(served_size(stored));
+    let mut links = state.links.as_deref().map(Presigner::links);
     interview(&state, &mut body, stored, &mut links).await?;
     Ok(json(body))
 }
@@ -149,20 +162,20 @@ pub async fn get_interview(
 /// the request's `links` (none when links are off).
 async fn interview(
     state: &AppState,
-    body: &mut Body,
-    (doc, transcript): &StoredInterview,
+    body: &mut JsonBody,
+    (doc, transcript): &InterviewRead,
     links: &mut Option<Links<'_>>,
 ) -> Result<(), ApiError> {
-    let doc = body::StoredInterview::parse(doc).map_err(internal)?;
+    let doc = InterviewFields::parse(doc).map_err(internal)?;
     let link = match (links, &doc.video) {
         (Some(links), Some(video)) => match links.url(video.bucket.as_deref(), &video.key).await {
             Ok(url) => Some(url),
             Err(NoLink::Refused) => {
-                state.metrics().video_links_refused.inc();
+                state.metrics.video_links_refused.inc();
                 None
             }
             Err(NoLink::NoBucket | NoLink::NoCredentials) => {
-                state.metrics().presign_failures.inc();
+                state.metrics.presign_failures.inc();
                 None
             }
         },
@@ -173,65 +186,15 @@ async fn interview(
 }
 
 /// About how many bytes an interview takes served: its document, its transcript (escaped) and a link.
-fn served_size((doc, transcript): &StoredInterview) -> usize {
+fn served_size((doc, transcript): &InterviewRead) -> usize {
     doc.len() + transcript.as_ref().map_or(0, |t| t.len() + t.len() / 8) + 640
 }
 
 /// A JSON response of bytes already written.
-fn json(body: Body) -> Response {
+fn json(body: JsonBody) -> Response {
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.into_bytes()).into_response()
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {
     ApiError::Internal(e.to_string())
-}
-
-/// The process is up.
-pub async fn livez() -> Json<serde_json::Value> {
-    Json(json!({ "status": "ok" }))
-}
-
-/// Ready: Redis answers and a read model exists. The public answer says only that; the admin listener's
-/// says which generation is served, or why not ready.
-pub async fn readyz(State(state): State<AppState>) -> Response {
-    match readiness(&state).await {
-        Ok(_) => Json(json!({ "status": "ready" })).into_response(),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready" }))).into_response(),
-    }
-}
-
-pub async fn readyz_detail(State(state): State<AppState>) -> Response {
-    match readiness(&state).await {
-        Ok(generation) => {
-            let freshness = state.freshness();
-            let body = json!({
-                "status": "ready",
-                "generation": generation,
-                "latestEvent": freshness.as_of,
-                "caughtUp": freshness.caught_up,
-            });
-            Json(body).into_response()
-        }
-        Err(reason) => {
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reason": reason }))).into_response()
-        }
-    }
-}
-
-/// The generation being served, or why there is none: read now, not as last followed.
-async fn readiness(state: &AppState) -> Result<u64, &'static str> {
-    let read_model = state.read_model().await.map_err(|_| "redis is unreachable")?;
-    if read_model.active_generation(state.prefix()).await.is_err() {
-        return Err("redis is unreachable");
-    }
-    state.refresh_generation().await;
-    state.serving()
-}
-
-pub async fn not_found() -> ApiError {
-    ApiError::NotFound("resource")
-}
-
-pub async fn method_not_allowed() -> ApiError {
-    ApiError::MethodNotAllowed
 }

@@ -5,19 +5,19 @@
 //! parses a document into owned values to serialize it again: a page of studies is the stored documents
 //! joined, and an interview is its stored fields (found in the stored JSON, borrowed, not copied) with the
 //! link and the transcript written between them. Tests keep the bytes identical to serializing
-//! [`crate::models::Interview`] and [`crate::models::StudyPage`].
+//! [`crate::api::models::Interview`] and [`crate::api::models::StudyPage`].
 
 use std::borrow::Cow;
 
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
-use crate::models::PageInfo;
+use crate::api::models::PageInfo;
 
 /// The fields of a stored interview document (`shared::InterviewDocument`), borrowed from its JSON.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StoredInterview<'a> {
+pub struct InterviewFields<'a> {
     #[serde(borrow)]
     id: &'a RawValue,
     #[serde(borrow)]
@@ -25,7 +25,7 @@ pub struct StoredInterview<'a> {
     #[serde(borrow)]
     facets: &'a RawValue,
     #[serde(borrow, default)]
-    pub video: Option<StoredVideo<'a>>,
+    pub video: Option<VideoFields<'a>>,
     #[serde(borrow)]
     created_at: &'a RawValue,
     #[serde(borrow)]
@@ -34,23 +34,23 @@ pub struct StoredInterview<'a> {
 
 /// Where the interview's video is stored (`shared::VideoObject`).
 #[derive(Deserialize)]
-pub struct StoredVideo<'a> {
+pub struct VideoFields<'a> {
     #[serde(borrow, default)]
     pub bucket: Option<Cow<'a, str>>,
     #[serde(borrow)]
     pub key: Cow<'a, str>,
 }
 
-impl<'a> StoredInterview<'a> {
+impl<'a> InterviewFields<'a> {
     pub fn parse(stored: &'a str) -> serde_json::Result<Self> {
         serde_json::from_str(stored)
     }
 }
 
 /// A JSON body being written.
-pub struct Body(Vec<u8>);
+pub struct JsonBody(Vec<u8>);
 
-impl Body {
+impl JsonBody {
     pub fn with_capacity(bytes: usize) -> Self {
         Self(Vec::with_capacity(bytes))
     }
@@ -73,7 +73,7 @@ impl Body {
     }
 
     /// One served interview: the stored fields with the link and the transcript.
-    pub fn interview(&mut self, doc: &StoredInterview<'_>, link: Option<&str>, transcript: Option<&str>) {
+    pub fn interview(&mut self, doc: &InterviewFields<'_>, link: Option<&str>, transcript: Option<&str>) {
         let out = &mut self.0;
         out.extend_from_slice(b"{\"id\":");
         out.extend_from_slice(doc.id.get().as_bytes());
@@ -116,7 +116,7 @@ mod tests {
     use shared::{Facet, InterviewDocument, Participant, StudyDocument, VideoObject};
 
     use super::*;
-    use crate::models::{Interview, InterviewPage, StudyListItem, StudyPage};
+    use crate::api::models::{Interview, InterviewPage, StudyListItem, StudyPage};
 
     fn document(participant: Option<Participant>, video: Option<VideoObject>) -> InterviewDocument {
         InterviewDocument {
@@ -158,12 +158,12 @@ mod tests {
             (Some("https://x/y?a=1&b=%2F"), Some("WEBVTT\n\n00:00:00.000 --> 00:00:01.000\n\"hi\"\t<b>")),
             (None, Some("")),
         ];
-        let mut body = Body::with_capacity(0);
+        let mut body = JsonBody::with_capacity(0);
         body.open_page();
         let mut expected = Vec::new();
         for (i, (doc, (link, transcript))) in docs.iter().zip(cases).enumerate() {
             let stored = serde_json::to_string(doc).unwrap();
-            let parsed = StoredInterview::parse(&stored).unwrap();
+            let parsed = InterviewFields::parse(&stored).unwrap();
             let video = parsed.video.as_ref().map(|v| (v.bucket.as_deref().map(String::from), v.key.to_string()));
             assert_eq!(video, doc.video.clone().map(|v| (v.bucket, v.key)), "the video's fields are read unescaped");
             body.item(i);
@@ -187,7 +187,7 @@ mod tests {
                 updated_at: "2026-01-02T00:00:00.000001Z".into(),
             })
             .collect();
-        let mut body = Body::with_capacity(0);
+        let mut body = JsonBody::with_capacity(0);
         body.open_page();
         for (i, doc) in docs.iter().enumerate() {
             body.item(i);

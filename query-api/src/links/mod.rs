@@ -1,22 +1,25 @@
-//! Presigned video links: a SigV4 query-signed GET for the stored object, made on every request and valid
-//! 15 minutes, or less when the credentials expire sooner, so a link never outlives its credentials.
-//! Signing makes no network call: credentials come from the AWS SDK's provider chain, kept and refreshed
-//! ahead of expiry by [`crate::credentials`]; the signing key is derived once a day ([`crate::sigv4`]). A
-//! request resolves its credentials once, however many links it signs ([`Links`]). Any failure gives no
-//! link, never a failed request.
+//! Presigned video links (api.md section 8): a SigV4 query-signed GET for the stored object, made on every
+//! request and valid 15 minutes, or less when the credentials expire sooner, so a link never outlives its
+//! credentials. Signing makes no network call: credentials come from the AWS SDK's provider chain, kept and
+//! refreshed ahead of expiry by [`credentials`]; the signing key is derived once a day ([`sigv4`]); the
+//! bucket an event names is checked first ([`bucket`]). A request resolves its credentials once, however
+//! many links it signs ([`Links`]). Any failure gives no link, never a failed request.
 
-use std::time::{Duration, SystemTime};
+mod bucket;
+mod credentials;
+pub mod sigv4;
+
+use std::time::SystemTime;
 
 use chrono::{DateTime, Utc};
+#[cfg(test)]
 use shared::VideoObject;
 
-use crate::bucket::Allowed;
 use crate::config::Config;
-use crate::credentials::{Cached, CredentialCache, FETCH_TIMEOUT};
-use crate::sigv4::{Endpoint, Signer, SigningKey};
+use bucket::Allowed;
+use credentials::{lifetime, Cached, CredentialCache, FETCH_TIMEOUT};
+use sigv4::{Endpoint, Signer, SigningKey};
 
-/// Lifetime of a video link (api.md section 8).
-pub const LINK_LIFETIME: Duration = Duration::from_secs(900);
 pub struct Presigner {
     endpoint: Endpoint,
     default_bucket: Option<String>,
@@ -60,6 +63,7 @@ impl Presigner {
     }
 
     /// A fresh link to one object; see [`Links::url`].
+    #[cfg(test)]
     pub async fn url(&self, video: &VideoObject) -> Result<String, NoLink> {
         self.links().url(video.bucket.as_deref(), &video.key).await
     }
@@ -120,18 +124,10 @@ pub enum NoLink {
     NoCredentials,
 }
 
-/// Seconds a link made `now` may live: the link lifetime, cut to what the credentials have left;
-/// `None` when they have expired.
-pub fn lifetime(expiry: Option<SystemTime>, now: SystemTime) -> Option<u64> {
-    let full = LINK_LIFETIME.as_secs();
-    match expiry {
-        None => Some(full),
-        Some(expiry) => expiry.duration_since(now).ok().map(|left| left.as_secs().min(full)).filter(|s| *s > 0),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use aws_credential_types::Credentials;
     use clap::Parser;
 

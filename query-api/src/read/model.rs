@@ -1,17 +1,19 @@
 //! Reads of the Redis read model. Each answer is one script or command in one hash slot, so a page's
 //! total and items come from one consistent view, and every call is bounded by the connection's timeout.
 //! Every read of an organization also returns the organization's epoch as it was at that moment
-//! (`Keyspace::org_epoch`), for what keeps reads in memory (`crate::read_cache`).
+//! (`Keyspace::org_epoch`), for what keeps reads in memory ([`crate::read::cache`]). The connection is made
+//! on first use, so that the API starts and answers `/livez` while Redis is away.
 
 use std::future::Future;
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::{RedisResult, Script, ScriptInvocation};
-use shared::connection::Connection;
+use redis::{RedisError, RedisResult, Script, ScriptInvocation};
+use shared::connection::{Connection, Settings, Target};
 use shared::Keyspace;
+use tokio::sync::OnceCell;
 
-use crate::pagination::Pagination;
+use super::Span;
 
 /// A page of stored documents and the total they were taken from.
 #[derive(Debug)]
@@ -20,11 +22,21 @@ pub struct Page<T> {
     pub items: Vec<T>,
 }
 
-/// A stored interview document and its transcript.
-pub type StoredInterview = (String, Option<String>);
+/// An interview as read: its stored document and its transcript.
+pub type InterviewRead = (String, Option<String>);
 
 /// An organization's epoch, with which each read of it is tagged: `None` when it has none.
-pub type Epoch = Option<String>;
+pub type OrgEpoch = Option<String>;
+
+/// Why a page of interviews was not read.
+#[derive(Debug, thiserror::Error)]
+pub enum PageError {
+    #[error(transparent)]
+    Redis(#[from] RedisError),
+    /// Its documents and transcripts take `bytes`, more than the budget of a page: nothing was read.
+    #[error("the page takes {bytes} bytes, more than a page may")]
+    TooLarge { bytes: u64 },
+}
 
 /// A page of completed studies and their total (public so that benchmarks run the same script).
 pub const STUDIES_PAGE: &str = r"
@@ -50,17 +62,27 @@ return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('GET', KEYS[2])}
 /// that Redis refuses the read when one of them is elsewhere (or absent, which it cannot tell apart), and
 /// the script answers MOVING instead of a page with a transcript missing: the page is then read one key
 /// at a time, each read following the slot wherever its key is (see [`ReadModel::interviews`]).
+///
+/// The page's size (documents and transcripts) is summed before anything is read: above the budget ARGV[5]
+/// the script answers TOOLARGE and the size, so that no reply, and no response, is larger than the budget.
 pub const INTERVIEWS_PAGE: &str = r"
 -- KEYS[1] completed studies, KEYS[2] the study's visible interviews, KEYS[3] interview documents, KEYS[4]
 -- the organization's epoch; ARGV[1] study id, ARGV[2] start, ARGV[3] stop, ARGV[4] the prefix of the
--- organization's transcript keys. Nil when the study is not completed.
+-- organization's transcript keys, ARGV[5] the most bytes a page may take. Nil when the study is not completed.
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return false end
 local epoch = redis.call('GET', KEYS[4])
 local total = redis.call('ZCARD', KEYS[2])
 local ids = redis.call('ZREVRANGE', KEYS[2], ARGV[2], ARGV[3])
 if #ids == 0 then return {total, {}, {}, epoch} end
 local keys = {KEYS[3]}
-for i, id in ipairs(ids) do keys[i + 1] = ARGV[4] .. id end
+local size = 0
+for i, id in ipairs(ids) do
+  keys[i + 1] = ARGV[4] .. id
+  local length = redis.pcall('STRLEN', keys[i + 1])
+  if type(length) == 'table' then return redis.error_reply('MOVING the page is moving between cluster nodes') end
+  size = size + length + redis.call('HSTRLEN', KEYS[3], id)
+end
+if size > tonumber(ARGV[5]) then return redis.error_reply('TOOLARGE ' .. size) end
 local transcripts = redis.pcall('MGET', unpack(keys))
 if transcripts.err then return redis.error_reply('MOVING the page is moving between cluster nodes') end
 -- MGET answers nil for KEYS[3], a hash.
@@ -120,31 +142,59 @@ where
     }
 }
 
+/// The read model's Redis, connected on first use.
 #[derive(Clone)]
-pub struct ReadModel {
-    conn: Connection,
+pub struct ReadModel(Arc<Lazy>);
+
+struct Lazy {
+    target: Target,
+    settings: Settings,
+    conn: OnceCell<Connection>,
 }
 
 impl ReadModel {
-    pub fn new(conn: Connection) -> Self {
-        Self { conn }
+    /// Checks the URL now; connects on first use.
+    pub fn new(redis_url: &str, cluster: bool, timeout: Duration) -> RedisResult<Self> {
+        let target = Target::new(redis_url, cluster);
+        if let Target::Single(url) = &target {
+            redis::Client::open(url.as_str())?;
+        }
+        // Retries on a cluster wait 10 ms doubling: ten of them (about 2.5 s at most) ride out a slot moving.
+        let settings = Settings { timeout, cluster_retries: 10 };
+        Ok(Self(Arc::new(Lazy { target, settings, conn: OnceCell::new() })))
     }
 
+    /// The connection; made now if it is not yet, failing within the Redis timeout.
+    async fn conn(&self) -> RedisResult<&Connection> {
+        let lazy = &self.0;
+        let connect = async {
+            let conn = Connection::connect(&lazy.target, lazy.settings);
+            match tokio::time::timeout(lazy.settings.timeout, conn).await {
+                Ok(conn) => conn,
+                Err(_) => Err(RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))),
+            }
+        };
+        lazy.conn.get_or_try_init(|| connect).await
+    }
+
+    /// Whether the read model is a Redis Cluster.
     fn cluster(&self) -> bool {
-        matches!(self.conn, Connection::Cluster(_))
+        matches!(self.0.target, Target::Cluster(_))
     }
 
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
+        let conn = self.conn().await?;
         let call = || {
-            let mut conn = self.conn.clone();
+            let mut conn = conn.clone();
             async move { cmd.query_async(&mut conn).await }
         };
         settled(call, self.cluster()).await
     }
 
     async fn invoke<T: redis::FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<T> {
+        let conn = self.conn().await?;
         let call = || {
-            let mut conn = self.conn.clone();
+            let mut conn = conn.clone();
             async move { invocation.invoke_async(&mut conn).await }
         };
         settled(call, self.cluster()).await
@@ -161,60 +211,68 @@ impl ReadModel {
         self.invoke(&invocation).await
     }
 
-    /// The key index's epoch (see `crate::key_cache`).
+    /// The key index's epoch (see `crate::auth::key_cache`).
     pub async fn api_key_epoch(&self, keys: &Keyspace) -> RedisResult<Option<String>> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(keys.api_key_epoch());
         self.query(&cmd).await
     }
 
-    pub async fn studies(&self, keys: &Keyspace, org: &str, page: Pagination) -> RedisResult<(Page<String>, Epoch)> {
+    pub async fn studies(&self, keys: &Keyspace, org: &str, page: Span) -> RedisResult<(Page<String>, OrgEpoch)> {
         let mut invocation = STUDIES_PAGE_SCRIPT.key(keys.studies(org));
-        invocation.key(keys.study_documents(org)).key(keys.org_epoch(org)).arg(page.start()).arg(page.stop());
-        let (total, docs, epoch): (u64, Vec<Option<String>>, Epoch) = self.invoke(&invocation).await?;
+        invocation.key(keys.study_documents(org)).key(keys.org_epoch(org)).arg(page.start).arg(page.stop);
+        let (total, docs, epoch): (u64, Vec<Option<String>>, OrgEpoch) = self.invoke(&invocation).await?;
         Ok((Page { total, items: docs.into_iter().flatten().collect() }, epoch))
     }
 
-    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<(Option<String>, Epoch)> {
+    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<(Option<String>, OrgEpoch)> {
         let mut invocation = ONE_STUDY_SCRIPT.key(keys.study_documents(org));
         invocation.key(keys.org_epoch(org)).arg(id);
         self.invoke(&invocation).await
     }
 
-    /// A page of a study's interviews; `None` when the study is not a completed study of the organization.
+    /// A page of a study's interviews, if its documents and transcripts take at most `budget` bytes;
+    /// `None` when the study is not a completed study of the organization.
     pub async fn interviews(
         &self,
         keys: &Keyspace,
         org: &str,
         study_id: &str,
-        page: Pagination,
-    ) -> RedisResult<Option<(Page<StoredInterview>, Epoch)>> {
-        type Reply = Option<(u64, Vec<Option<String>>, Vec<Option<String>>, Epoch)>;
+        page: Span,
+        budget: u64,
+    ) -> Result<Option<(Page<InterviewRead>, OrgEpoch)>, PageError> {
+        type Reply = Option<(u64, Vec<Option<String>>, Vec<Option<String>>, OrgEpoch)>;
         let mut invocation = INTERVIEWS_PAGE_SCRIPT.key(keys.studies(org));
         invocation
             .key(keys.interviews(org, study_id))
             .key(keys.interview_documents(org))
             .key(keys.org_epoch(org))
             .arg(study_id)
-            .arg(page.start())
-            .arg(page.stop())
-            .arg(keys.transcript(org, ""));
+            .arg(page.start)
+            .arg(page.stop)
+            .arg(keys.transcript(org, ""))
+            .arg(budget);
         // Tried once (the client itself retries a redirection): a slot can stay half moved between two
         // primaries for as long as its keys take to move, one at a time, longer than any retry budget.
         let once = {
-            let mut conn = self.conn.clone();
+            let mut conn = self.conn().await?.clone();
             invocation.invoke_async(&mut conn).await
         };
         let reply: Reply = match once {
-            // The client's own retries of a redirection can outlast the call's timeout, too.
+            Err(e) if e.code() == Some("TOOLARGE") || e.to_string().contains("TOOLARGE") => {
+                return Err(PageError::TooLarge { bytes: too_large(&e) });
+            }
+            // The client's own retries of a redirection can outlast the call's timeout, too. Only on a
+            // cluster: a single Redis that timed out is slow, and more commands would not help it.
             Err(e)
-                if e.is_cluster_error()
-                    || e.is_timeout()
-                    || e.code() == Some("MOVING")
-                    || e.to_string().contains("MOVING") =>
+                if self.cluster()
+                    && (e.is_cluster_error()
+                        || e.is_timeout()
+                        || e.code() == Some("MOVING")
+                        || e.to_string().contains("MOVING")) =>
             {
                 tracing::debug!(org, "the organization's slot is moving; reading the page key by key");
-                self.interviews_key_by_key(keys, org, study_id, page).await?
+                self.interviews_key_by_key(keys, org, study_id, page, budget).await?
             }
             other => other?,
         };
@@ -232,8 +290,9 @@ impl ReadModel {
         keys: &Keyspace,
         org: &str,
         study_id: &str,
-        page: Pagination,
-    ) -> RedisResult<Option<(u64, Vec<Option<String>>, Vec<Option<String>>, Epoch)>> {
+        page: Span,
+        budget: u64,
+    ) -> Result<Option<(u64, Vec<Option<String>>, Vec<Option<String>>, OrgEpoch)>, PageError> {
         let mut completed = redis::cmd("ZSCORE");
         completed.arg(keys.studies(org)).arg(study_id);
         if self.query::<Option<f64>>(&completed).await?.is_none() {
@@ -241,14 +300,30 @@ impl ReadModel {
         }
         let listed = keys.interviews(org, study_id);
         let total: u64 = self.query(redis::cmd("ZCARD").arg(&listed)).await?;
-        let ids: Vec<String> =
-            self.query(redis::cmd("ZREVRANGE").arg(&listed).arg(page.start()).arg(page.stop())).await?;
+        let ids: Vec<String> = self.query(redis::cmd("ZREVRANGE").arg(&listed).arg(page.start).arg(page.stop)).await?;
         if ids.is_empty() {
             return Ok(Some((total, Vec::new(), Vec::new(), None)));
         }
+        // The page's size first, as the script does, a few keys at a time: a storm of redirections is what
+        // wedges the client's connection.
+        let mut bytes = 0;
+        for chunk in ids.chunks(8) {
+            let lengths =
+                chunk.iter().map(|id| {
+                    let (mut doc, mut transcript) = (redis::cmd("HSTRLEN"), redis::cmd("STRLEN"));
+                    doc.arg(keys.interview_documents(org)).arg(id);
+                    transcript.arg(keys.transcript(org, id));
+                    async move {
+                        Ok::<u64, RedisError>(self.query::<u64>(&doc).await? + self.query::<u64>(&transcript).await?)
+                    }
+                });
+            bytes += futures::future::try_join_all(lengths).await?.iter().sum::<u64>();
+        }
+        if bytes > budget {
+            return Err(PageError::TooLarge { bytes });
+        }
         let docs: Vec<Option<String>> =
             self.query(redis::cmd("HMGET").arg(keys.interview_documents(org)).arg(&ids)).await?;
-        // A few at a time: a storm of redirections is what wedges the client's connection.
         let mut transcripts = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(8) {
             let gets = chunk.iter().map(|id| {
@@ -266,15 +341,15 @@ impl ReadModel {
         keys: &Keyspace,
         org: &str,
         id: &str,
-    ) -> RedisResult<(Option<StoredInterview>, Epoch)> {
+    ) -> RedisResult<(Option<InterviewRead>, OrgEpoch)> {
         let mut invocation = ONE_INTERVIEW_SCRIPT.key(keys.interview_documents(org));
         invocation.key(keys.transcript(org, id)).key(keys.org_epoch(org)).arg(id);
-        let (doc, transcript, epoch): (Option<String>, Option<String>, Epoch) = self.invoke(&invocation).await?;
+        let (doc, transcript, epoch): (Option<String>, Option<String>, OrgEpoch) = self.invoke(&invocation).await?;
         Ok((doc.map(|doc| (doc, transcript)), epoch))
     }
 
     /// The epochs of these organizations, in their order (one command each: they may be in many slots).
-    pub async fn org_epochs(&self, keys: &Keyspace, orgs: &[String]) -> RedisResult<Vec<Epoch>> {
+    pub async fn org_epochs(&self, keys: &Keyspace, orgs: &[std::sync::Arc<str>]) -> RedisResult<Vec<OrgEpoch>> {
         let commands: Vec<redis::Cmd> = orgs
             .iter()
             .map(|org| {
@@ -283,7 +358,7 @@ impl ReadModel {
                 get
             })
             .collect();
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn().await?.clone();
         let replies = conn.query_all(&commands).await?;
         replies.into_iter().map(|reply| Ok(redis::from_redis_value(reply)?)).collect()
     }
@@ -296,7 +371,8 @@ impl ReadModel {
         self.query(&cmd).await
     }
 
-    /// The live projectors' reports (instance id → JSON), for how fresh the read model is.
+    /// The live projectors' reports (instance id → JSON `shared::ProjectorReport`), for how fresh the read
+    /// model is.
     pub async fn projectors(&self, prefix: &str) -> RedisResult<std::collections::HashMap<String, String>> {
         let mut cmd = redis::cmd("HGETALL");
         cmd.arg(Keyspace::projectors(prefix));
@@ -309,4 +385,10 @@ impl ReadModel {
         cmd.arg(Keyspace::active_generation(prefix));
         self.query(&cmd).await
     }
+}
+
+/// The size in a TOOLARGE reply.
+fn too_large(e: &RedisError) -> u64 {
+    let text = e.detail().map(str::to_string).unwrap_or_else(|| e.to_string());
+    text.split(|c: char| !c.is_ascii_digit()).find(|part| !part.is_empty()).and_then(|n| n.parse().ok()).unwrap_or(0)
 }

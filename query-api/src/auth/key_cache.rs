@@ -4,29 +4,45 @@
 //! Every API-key event the projector applies writes a new token to the key index's epoch
 //! (`Keyspace::api_key_epoch`). Each entry here is tagged with the epoch that Redis held when the entry
 //! was read (the organization and the epoch come from one atomic read), and the background refresh reads
-//! the epoch a few times a second. An entry answers only while:
-//! - its epoch and generation are the ones the last refresh read, and
-//! - that refresh started less than [`TRUSTED_FOR`] ago.
+//! the epoch a few times a second. An entry answers only while its epoch and generation are the ones the
+//! last refresh read, and that refresh started less than `TRUSTED_FOR` ago (`crate::read::trust`).
 //!
 //! So a key deleted at time t is refused from the first refresh that starts after t (a quarter of a
-//! second later by default), and never later than t + [`TRUSTED_FOR`], even when the refreshes fail: past
+//! second later by default), and never later than t + `TRUSTED_FOR`, even when the refreshes fail: past
 //! that, every request asks Redis again. A different epoch (a key event, a rollback, a flush, a new
-//! generation) drops every entry. Only keys that authenticated are kept, at most `capacity` of them, so an
-//! attacker's made-up keys never take memory; past the capacity new keys are simply not kept.
+//! generation) drops every entry. Keys that authenticated are kept, at most `capacity` of them; past the
+//! capacity new keys are simply not kept. Keys that Redis does not know are kept too, apart, at most an
+//! eighth of `capacity` of them, under the same epoch: a key deleted while clients go on using it is then
+//! refused from memory, not looked up again and again, and a key created meanwhile changes the epoch, which
+//! drops them. An attacker's made-up keys fill at most that eighth, never the room of the valid keys.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::mem::size_of;
 use std::sync::RwLock;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-/// How long after its start a refresh that read the epoch vouches for the entries of that epoch.
-pub const TRUSTED_FOR: Duration = Duration::from_millis(750);
+use crate::read::trust::{Seen, Vouched};
 
 /// The epoch of one generation's key index, as one read found it. `token` is `None` when the index has
 /// no epoch (a read model written before epochs existed): then nothing is kept.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Epoch {
+pub struct KeyIndexEpoch {
     pub generation: u64,
     pub token: Option<String>,
+}
+
+/// What the map holds for each key besides the organization's id: its table slot and control byte.
+const ENTRY_OVERHEAD: usize = size_of::<([u8; 32], Box<str>)>() + 8;
+/// What the set of unknown keys holds for each.
+const UNKNOWN_ENTRY: usize = size_of::<[u8; 32]>() + 8;
+
+/// What is kept of a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kept {
+    /// It authenticates, for this organization.
+    Organization(String),
+    /// Redis does not know it.
+    Unknown,
 }
 
 pub struct KeyCache {
@@ -37,9 +53,13 @@ pub struct KeyCache {
 #[derive(Default)]
 struct Inner {
     /// The epoch the last refresh read, and when that refresh started.
-    current: Option<(Epoch, Instant)>,
+    current: Option<Vouched<KeyIndexEpoch>>,
     /// Key SHA-256 → organization, all of `current`'s epoch.
-    entries: HashMap<[u8; 32], String>,
+    entries: HashMap<[u8; 32], Box<str>>,
+    /// Key SHA-256s Redis did not know under `current`'s epoch.
+    unknown: HashSet<[u8; 32]>,
+    /// What `entries` and `unknown` hold: each entry and its organization's id.
+    bytes: usize,
 }
 
 impl KeyCache {
@@ -49,50 +69,87 @@ impl KeyCache {
     }
 
     /// The organization of a key in `generation`, if it is kept and still vouched for at `now`.
-    pub fn get(&self, sha256: &[u8; 32], generation: u64, now: Instant) -> Option<String> {
+    pub fn get(&self, sha256: &[u8; 32], generation: u64, now: Instant) -> Option<Kept> {
         let inner = self.inner.read().expect("key cache");
-        let (epoch, read_at) = inner.current.as_ref()?;
-        if epoch.generation != generation || now.saturating_duration_since(*read_at) >= TRUSTED_FOR {
+        let current = inner.current.as_ref()?;
+        if current.epoch().generation != generation || !current.is_recent(now) {
             return None;
         }
-        inner.entries.get(sha256).cloned()
+        match inner.entries.get(sha256) {
+            Some(org) => Some(Kept::Organization(org.to_string())),
+            None => inner.unknown.contains(sha256).then_some(Kept::Unknown),
+        }
     }
 
-    /// Keeps what a request read from Redis: the key's organization and the epoch read with it. Kept only
-    /// when that epoch is the current one: an entry of another epoch could be older than a revocation.
-    pub fn insert(&self, sha256: [u8; 32], org: &str, epoch: &Epoch) {
+    /// Keeps a key that a read of Redis did not find, with the epoch read with it (only when that epoch is
+    /// the current one).
+    pub fn insert_unknown(&self, sha256: [u8; 32], epoch: &KeyIndexEpoch) {
         if epoch.token.is_none() {
             return;
         }
         let mut inner = self.inner.write().expect("key cache");
-        let current = inner.current.as_ref().map(|(e, _)| e);
+        let current = inner.current.as_ref().map(Vouched::epoch);
+        if current != Some(epoch) || inner.unknown.len() >= (self.capacity / 8).max(1) {
+            return;
+        }
+        if inner.unknown.insert(sha256) {
+            inner.bytes += UNKNOWN_ENTRY;
+        }
+    }
+
+    /// Keeps what a request read from Redis: the key's organization and the epoch read with it. Kept only
+    /// when that epoch is the current one: an entry of another epoch could be older than a revocation.
+    pub fn insert(&self, sha256: [u8; 32], org: &str, epoch: &KeyIndexEpoch) {
+        if epoch.token.is_none() {
+            return;
+        }
+        let mut inner = self.inner.write().expect("key cache");
+        let current = inner.current.as_ref().map(Vouched::epoch);
         if current != Some(epoch) || inner.entries.len() >= self.capacity {
             return;
         }
-        inner.entries.insert(sha256, org.to_string());
+        let replaced = inner.entries.insert(sha256, org.into()).map_or(0, |old| ENTRY_OVERHEAD + old.len());
+        inner.bytes = inner.bytes + ENTRY_OVERHEAD + org.len() - replaced;
     }
 
     /// Records what a refresh that started at `started` read. A different epoch drops every entry.
-    pub fn refreshed(&self, epoch: Epoch, started: Instant) {
+    pub fn refreshed(&self, epoch: KeyIndexEpoch, started: Instant) {
         let mut inner = self.inner.write().expect("key cache");
-        if inner.current.as_ref().map(|(e, _)| e) != Some(&epoch) {
+        let changed = match inner.current.as_mut() {
+            Some(current) => current.saw(epoch, started) != Seen::Same,
+            None => {
+                inner.current = Some(Vouched::new(epoch, started));
+                true
+            }
+        };
+        if changed {
             inner.entries.clear();
+            inner.unknown.clear();
+            inner.bytes = 0;
         }
-        inner.current = Some((epoch, started));
     }
 
     /// Drops everything, until the next refresh (the read model is not known to be complete).
     pub fn forget(&self) {
         let mut inner = self.inner.write().expect("key cache");
         inner.entries.clear();
+        inner.unknown.clear();
+        inner.bytes = 0;
         inner.current = None;
     }
 
+    /// The bytes the kept keys hold, their organizations' ids included.
+    pub fn bytes(&self) -> usize {
+        self.inner.read().expect("key cache").bytes
+    }
+
     /// How many keys are kept.
+    #[cfg(test)]
     pub fn len(&self) -> usize {
         self.inner.read().expect("key cache").entries.len()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -100,7 +157,40 @@ impl KeyCache {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
+    use crate::read::trust::TRUSTED_FOR;
+
+    type Epoch = KeyIndexEpoch;
+
+    fn org(kept: Kept) -> Option<String> {
+        match kept {
+            Kept::Organization(org) => Some(org),
+            Kept::Unknown => None,
+        }
+    }
+
+    #[test]
+    fn an_unknown_key_is_kept_apart_under_the_epoch_and_dropped_with_it() {
+        let cache = KeyCache::new(16).unwrap();
+        let t0 = Instant::now();
+        cache.refreshed(epoch(1, "a"), t0);
+        cache.insert_unknown(KEY, &epoch(1, "a"));
+        assert_eq!(cache.get(&KEY, 1, t0), Some(Kept::Unknown));
+        assert_eq!(cache.get(&KEY, 1, t0 + TRUSTED_FOR), None, "no longer vouched for");
+        cache.insert_unknown([1; 32], &epoch(1, "b"));
+        assert_eq!(cache.get(&[1; 32], 1, t0), None, "read under another epoch");
+        for i in 2..40u8 {
+            cache.insert_unknown([i; 32], &epoch(1, "a"));
+        }
+        assert_eq!(cache.bytes(), 2 * UNKNOWN_ENTRY, "at most an eighth of the capacity");
+        cache.insert(KEY, "org", &epoch(1, "a"));
+        assert_eq!(cache.get(&KEY, 1, t0).and_then(org).as_deref(), Some("org"));
+        cache.refreshed(epoch(1, "c"), t0);
+        assert_eq!(cache.get(&[2; 32], 1, t0), None, "a key event drops them");
+        assert_eq!(cache.bytes(), 0);
+    }
 
     fn epoch(generation: u64, token: &str) -> Epoch {
         Epoch { generation, token: Some(token.into()) }
@@ -114,12 +204,12 @@ mod tests {
         let t0 = Instant::now();
         cache.refreshed(epoch(1, "a"), t0);
         cache.insert(KEY, "org", &epoch(1, "a"));
-        assert_eq!(cache.get(&KEY, 1, t0 + Duration::from_millis(10)).as_deref(), Some("org"));
+        assert_eq!(cache.get(&KEY, 1, t0 + Duration::from_millis(10)).and_then(org), Some("org".into()));
         // No refresh vouched for it lately: Redis is asked again.
         assert_eq!(cache.get(&KEY, 1, t0 + TRUSTED_FOR), None);
         // The same epoch read again keeps the entry.
         cache.refreshed(epoch(1, "a"), t0 + TRUSTED_FOR);
-        assert_eq!(cache.get(&KEY, 1, t0 + TRUSTED_FOR).as_deref(), Some("org"));
+        assert_eq!(cache.get(&KEY, 1, t0 + TRUSTED_FOR).and_then(org), Some("org".into()));
         // A request of another generation never reads this one's keys.
         assert_eq!(cache.get(&KEY, 2, t0 + TRUSTED_FOR), None);
     }
@@ -161,6 +251,7 @@ mod tests {
             cache.insert([i; 32], "org", &epoch(1, "a"));
         }
         assert_eq!(cache.len(), 2);
+        assert_eq!(cache.bytes(), 2 * (ENTRY_OVERHEAD + "org".len()));
         cache.forget();
         assert!(cache.is_empty() && cache.get(&[0; 32], 1, t0).is_none());
         assert!(KeyCache::new(0).is_none());

@@ -1,7 +1,7 @@
 //! Serving a router over HTTP/1.1 with a header-read timeout: a client that opens a connection and sends
 //! its request head slowly, or not at all (slowloris), is disconnected after `HEADER_READ_TIMEOUT_MS`
 //! instead of holding the connection for ever. On shutdown the listener stops accepting and the requests in
-//! flight are finished.
+//! flight are finished, for at most `SHUTDOWN_DRAIN_MS`: past it the server stops with them unfinished.
 
 use std::future::Future;
 use std::pin::pin;
@@ -17,11 +17,13 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
-/// Serves `router` on `listener` until `shutdown` completes, then waits for the connections in flight.
+/// Serves `router` on `listener` until `shutdown` completes, then waits for the connections in flight for
+/// at most `drain`.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     header_timeout: Duration,
+    drain: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
     let graceful = GracefulShutdown::new();
@@ -52,5 +54,7 @@ pub async fn serve(
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    if tokio::time::timeout(drain, graceful.shutdown()).await.is_err() {
+        tracing::warn!(?drain, "requests still in flight when the drain ended: stopping without them");
+    }
 }

@@ -5,21 +5,12 @@
 use std::collections::HashMap;
 use std::sync::RwLock;
 
-use axum::extract::{Request, State};
-use axum::http::HeaderValue;
-use axum::middleware::Next;
-use axum::response::Response;
-use serde::Deserialize;
-
-use crate::state::AppState;
+use shared::ProjectorReport;
 
 /// The header with the time of the latest event applied (RFC 3339, UTC).
 pub const AS_OF: &str = "x-read-model-as-of";
 /// The header saying whether the projectors are caught up (`true`) or behind (`false`).
 pub const CAUGHT_UP: &str = "x-read-model-caught-up";
-
-/// A projector is taken for gone when its report is older than this.
-const REPORT_TIMEOUT_SECS: f64 = 5.0;
 
 /// What the live projectors of the served generation say, taken together.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -30,24 +21,13 @@ pub struct Freshness {
     pub caught_up: bool,
 }
 
-/// The part of a projector's report this reads.
-#[derive(Debug, Deserialize)]
-struct Report {
-    generation: u64,
-    heartbeat: f64,
-    #[serde(default)]
-    latest_event: f64,
-    #[serde(default)]
-    caught_up: bool,
-}
-
 impl Freshness {
     /// From the reports in `P:projectors` (instance id → JSON), for `generation`, at Unix time `now`.
     pub fn of(reports: &HashMap<String, String>, generation: u64, now: f64) -> Self {
-        let live: Vec<Report> = reports
+        let live: Vec<ProjectorReport> = reports
             .values()
-            .filter_map(|json| serde_json::from_str::<Report>(json).ok())
-            .filter(|r| r.generation == generation && now - r.heartbeat <= REPORT_TIMEOUT_SECS)
+            .filter_map(|json| serde_json::from_str::<ProjectorReport>(json).ok())
+            .filter(|r| r.generation == generation && r.is_live(now))
             .collect();
         let caught_up = !live.is_empty() && live.iter().all(|r| r.caught_up);
         let times = live.iter().filter(|r| caught_up || !r.caught_up).map(|r| r.latest_event);
@@ -68,21 +48,6 @@ impl Latest {
     pub fn set(&self, freshness: Freshness) {
         *self.0.write().unwrap_or_else(|p| p.into_inner()) = freshness;
     }
-}
-
-/// Adds the freshness headers to every successful data response.
-pub async fn headers(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let data = !request.uri().path().ends_with("openapi.json") && !request.uri().path().contains("/docs");
-    let mut response = next.run(request).await;
-    if data && response.status().is_success() {
-        let freshness = state.freshness();
-        let headers = response.headers_mut();
-        if let Some(value) = freshness.as_of.and_then(|at| HeaderValue::from_str(&at).ok()) {
-            headers.insert(AS_OF, value);
-        }
-        headers.insert(CAUGHT_UP, HeaderValue::from_static(if freshness.caught_up { "true" } else { "false" }));
-    }
-    response
 }
 
 #[cfg(test)]
@@ -109,7 +74,7 @@ mod tests {
     #[test]
     fn stale_reports_and_other_generations_count_for_nothing() {
         let mut reports = HashMap::new();
-        reports.insert("old".into(), report(2, 10.0, 40.0, false));
+        reports.insert("old".into(), report(2, 101.0 - shared::projectors::LIVENESS_TIMEOUT_SECS, 40.0, false));
         reports.insert("other".into(), report(1, 100.0, 40.0, false));
         reports.insert("broken".into(), "{".into());
         assert_eq!(Freshness::of(&reports, 2, 101.0), Freshness { as_of: None, caught_up: false });

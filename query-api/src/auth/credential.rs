@@ -1,27 +1,11 @@
-//! API-key authentication (api.md section 5): the key comes from `Authorization: Bearer <key>` or
-//! `Service-Api-Key: <key>`, Bearer first; it is looked up by its SHA-256 and never logged or kept (the
-//! SHA-256 and its organization may be kept in memory: `crate::key_cache`).
+//! The credential of a request (api.md section 5): the key comes from `Authorization: Bearer <key>` or
+//! `Service-Api-Key: <key>`, Bearer first. It is looked up by its SHA-256, never logged or kept.
 
-use std::time::Instant;
-
-use axum::extract::FromRequestParts;
-use axum::http::request::Parts;
 use axum::http::HeaderMap;
 use sha2::{Digest, Sha256};
 
-use crate::error::ApiError;
-use crate::key_cache::Epoch;
-use crate::state::AppState;
-
 /// Longest key accepted; longer values are not keys and are refused without a lookup.
 const MAX_KEY_LEN: usize = 512;
-
-/// The organization the request's API key belongs to, and the read-model generation the request reads.
-#[derive(Debug, Clone)]
-pub struct Organization {
-    pub id: String,
-    pub keys: shared::Keyspace,
-}
 
 /// The credential of a request: the Bearer token when an `Authorization` header with the Bearer scheme is
 /// present, else the `Service-Api-Key` header. `None` when neither is present or the one that counts is
@@ -47,38 +31,6 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
 /// The lowercase hex SHA-256 of a key's UTF-8 bytes, as `api_key.created` carries it.
 pub fn key_sha256(key: &str) -> String {
     hex::encode(Sha256::digest(key.as_bytes()))
-}
-
-impl FromRequestParts<AppState> for Organization {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let key = credential(&parts.headers).ok_or(ApiError::Unauthorized)?;
-        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-        let keys = state.keyspace().await?;
-        let now = Instant::now();
-        let cache = state.key_cache();
-        let id = match cache.and_then(|cache| cache.get(&digest, keys.generation(), now)) {
-            Some(id) => {
-                state.metrics().key_lookups_memory.inc();
-                id
-            }
-            None => {
-                state.metrics().key_lookups_redis.inc();
-                let read = state.read_model().await?.organization_of(&keys, &hex::encode(digest)).await?;
-                let (org, token) = read;
-                let id = org.ok_or(ApiError::Unauthorized)?;
-                if let Some(cache) = cache {
-                    cache.insert(digest, &id, &Epoch { generation: keys.generation(), token });
-                }
-                id
-            }
-        };
-        if let Some(limit) = state.rate_limit() {
-            limit.take(&digest, now).map_err(ApiError::TooManyRequests)?;
-        }
-        Ok(Organization { id, keys })
-    }
 }
 
 #[cfg(test)]

@@ -1,12 +1,15 @@
 //! The OpenAPI 3.1 definition, generated from the handlers and response types so it cannot drift.
 
+use axum::http::header;
+use axum::response::IntoResponse;
+use utoipa::openapi::path::Paths;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use crate::models::{
+use super::models::{
     ErrorBody, Facet, Interview, InterviewPage, PageInfo, Participant, Study, StudyListItem, StudyPage,
 };
-use crate::routes;
+use crate::read::freshness::{AS_OF, CAUGHT_UP};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -18,9 +21,7 @@ use crate::routes;
             status: 400 is a JSON string, 401 and 404 an object with an `error` field."
     ),
     servers((url = "/v1", description = "Version 1; the base address carries the version")),
-    paths(routes::list_studies, routes::get_study, routes::list_interviews, routes::get_interview),
     components(schemas(StudyListItem, Study, Interview, Participant, Facet, PageInfo, StudyPage, InterviewPage, ErrorBody)),
-    modifiers(&Security, &Headers, &Links),
     security(("bearerAuth" = []), ("serviceApiKey" = [])),
     tags(
         (name = "studies", description = "Completed studies"),
@@ -100,8 +101,8 @@ impl Modify for Headers {
                     let RefOr::T(response) = response else { continue };
                     response.headers.insert("x-request-id".into(), request_id.clone());
                     if status == "200" {
-                        response.headers.insert(crate::freshness::AS_OF.into(), as_of.clone());
-                        response.headers.insert(crate::freshness::CAUGHT_UP.into(), caught_up.clone());
+                        response.headers.insert(AS_OF.into(), as_of.clone());
+                        response.headers.insert(CAUGHT_UP.into(), caught_up.clone());
                     }
                     if status == "503" || status == "429" {
                         response.headers.insert("Retry-After".into(), retry_after.clone());
@@ -154,8 +155,19 @@ impl Modify for Links {
 /// utoipa 5 writes a Link object's fields in snake case (`operation_id`) where OpenAPI spells them in camel
 /// case (`operationId`); no other key of this document is in snake case, so they are renamed as text.
 pub fn document() -> String {
-    let json = ApiDoc::openapi().to_pretty_json().expect("the OpenAPI document serializes");
+    let mut doc = ApiDoc::openapi();
+    let paths = super::v1().into_iter().filter_map(|route| route.operation);
+    doc.paths = paths.fold(Paths::builder(), |paths, operation| operation(paths)).build();
+    for modifier in [&Security as &dyn Modify, &Headers, &Links] {
+        modifier.modify(&mut doc);
+    }
+    let json = doc.to_pretty_json().expect("the OpenAPI document serializes");
     json.replace("\"operation_id\":", "\"operationId\":").replace("\"operation_ref\":", "\"operationRef\":") + "\n"
+}
+
+/// `GET /v1/openapi.json`.
+pub async fn json() -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/json")], document())
 }
 
 #[cfg(test)]

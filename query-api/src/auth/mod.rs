@@ -1,0 +1,110 @@
+//! API-key authentication (api.md section 5): the request's credential ([`credential`]), looked up by its
+//! SHA-256 among the keys kept in memory ([`key_cache`]) or else in Redis, then the throttles
+//! ([`rate_limit`]). The SHA-256 and its organization may be kept in memory; the key never is.
+
+pub mod credential;
+pub mod key_cache;
+pub mod rate_limit;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sha2::{Digest, Sha256};
+use shared::Keyspace;
+
+use crate::metrics::Metrics;
+use crate::read::model::ReadModel;
+use key_cache::{Kept, KeyCache, KeyIndexEpoch};
+use rate_limit::{RateLimit, UnknownKeys};
+
+/// The organization the request's API key belongs to, and the read-model generation the request reads.
+#[derive(Debug, Clone)]
+pub struct Organization {
+    pub id: String,
+    pub keys: Keyspace,
+}
+
+/// Why a request is not authenticated.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("missing or invalid API key")]
+    Unauthorized,
+    /// The key's rate limit is spent; a token comes back after this long.
+    #[error("rate limit exceeded")]
+    RateLimited(Duration),
+    /// Too many unknown keys were looked up lately: keys not kept in memory are not looked up for this long.
+    #[error("too many unknown API keys lately")]
+    Throttled(Duration),
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+}
+
+pub struct Auth {
+    model: ReadModel,
+    kept: Option<KeyCache>,
+    per_key: Option<RateLimit>,
+    unknown: Option<UnknownKeys>,
+    metrics: Arc<Metrics>,
+}
+
+impl Auth {
+    pub fn new(
+        model: ReadModel,
+        kept: Option<KeyCache>,
+        per_key: Option<RateLimit>,
+        unknown: Option<UnknownKeys>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self { model, kept, per_key, unknown, metrics }
+    }
+
+    /// The API keys kept in memory, unless that is off.
+    pub fn key_cache(&self) -> Option<&KeyCache> {
+        self.kept.as_ref()
+    }
+
+    /// The per-key rate limit, when one is configured.
+    pub fn rate_limit(&self) -> Option<&RateLimit> {
+        self.per_key.as_ref()
+    }
+
+    /// The organization of an API key (a request's [`credential`]) in the generation `keys` is of.
+    pub async fn organization(&self, key: &str, keys: Keyspace) -> Result<Organization, AuthError> {
+        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        let now = Instant::now();
+        let id = match self.kept.as_ref().and_then(|kept| kept.get(&digest, keys.generation(), now)) {
+            Some(kept) => {
+                self.metrics.key_lookups_memory.inc();
+                match kept {
+                    Kept::Organization(id) => id,
+                    Kept::Unknown => return Err(AuthError::Unauthorized),
+                }
+            }
+            None => {
+                if let Some(unknown) = &self.unknown {
+                    unknown.admits(now).map_err(AuthError::Throttled)?;
+                }
+                self.metrics.key_lookups_redis.inc();
+                let (org, token) = self.model.organization_of(&keys, &hex::encode(digest)).await?;
+                let epoch = KeyIndexEpoch { generation: keys.generation(), token };
+                let Some(id) = org else {
+                    if let Some(unknown) = &self.unknown {
+                        unknown.unknown(now);
+                    }
+                    if let Some(kept) = &self.kept {
+                        kept.insert_unknown(digest, &epoch);
+                    }
+                    return Err(AuthError::Unauthorized);
+                };
+                if let Some(kept) = &self.kept {
+                    kept.insert(digest, &id, &epoch);
+                }
+                id
+            }
+        };
+        if let Some(limit) = &self.per_key {
+            limit.take(&digest).map_err(AuthError::RateLimited)?;
+        }
+        Ok(Organization { id, keys })
+    }
+}

@@ -1,0 +1,23 @@
+//! Adds the freshness headers (`crate::read::freshness`) to every successful data response.
+
+use axum::extract::{Request, State};
+use axum::http::HeaderValue;
+use axum::middleware::Next;
+use axum::response::Response;
+
+use crate::read::freshness::{AS_OF, CAUGHT_UP};
+use crate::state::AppState;
+
+pub async fn headers(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let data = !request.uri().path().ends_with("openapi.json") && !request.uri().path().contains("/docs");
+    let mut response = next.run(request).await;
+    if data && response.status().is_success() {
+        let freshness = state.freshness.get();
+        let headers = response.headers_mut();
+        if let Some(value) = freshness.as_of.and_then(|at| HeaderValue::from_str(&at).ok()) {
+            headers.insert(AS_OF, value);
+        }
+        headers.insert(CAUGHT_UP, HeaderValue::from_static(if freshness.caught_up { "true" } else { "false" }));
+    }
+    response
+}

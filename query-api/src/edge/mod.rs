@@ -1,0 +1,67 @@
+//! The HTTP edge: the accept loop ([`accept`]), the middleware every request goes through, in the order it
+//! goes through them ([`app`]), and the background tasks the server owns ([`tasks`]).
+
+pub mod accept;
+pub mod freshness;
+pub mod limits;
+pub mod metrics;
+pub mod panic;
+pub mod tasks;
+pub mod trace;
+
+use axum::error_handling::HandleErrorLayer;
+use axum::http::{header, HeaderName, HeaderValue};
+use axum::routing::get;
+use axum::Router;
+use tower::limit::GlobalConcurrencyLimitLayer;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::compression::CompressionLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::set_header::SetResponseHeaderLayer;
+use tower_http::trace::TraceLayer;
+
+use crate::api;
+use crate::config::Config;
+use crate::state::AppState;
+
+const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// The public router: every route, behind the middleware, listed in the order a request meets them.
+pub fn app(state: AppState, config: &Config) -> Router {
+    let v1 = api::v1_router().layer(axum::middleware::from_fn_with_state(state.clone(), freshness::headers));
+    let router = Router::new()
+        .nest("/v1", v1)
+        .route("/livez", get(api::health::livez))
+        .route("/readyz", get(api::health::readyz))
+        .fallback(api::health::not_found)
+        .method_not_allowed_fallback(api::health::method_not_allowed)
+        .route_layer(axum::middleware::from_fn_with_state(state.metrics.clone(), metrics::track))
+        .with_state(state);
+    let edge = ServiceBuilder::new()
+        // The caller's x-request-id, or a new UUID, on the request and then on its response.
+        .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
+        .layer(TraceLayer::new_for_http().make_span_with(trace::span))
+        .layer(PropagateRequestIdLayer::new(REQUEST_ID))
+        .layer(CatchPanicLayer::custom(panic::answer))
+        .layer(SetResponseHeaderLayer::overriding(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
+        .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
+        .layer(CompressionLayer::new())
+        // The limits: their refusals become responses, overload is shed, then the cap and the timeout.
+        .layer(HandleErrorLayer::new(limits::refuse))
+        .load_shed()
+        // Global: the router applies a layer to each route, and the cap is one for the whole server.
+        .layer(GlobalConcurrencyLimitLayer::new(config.max_concurrent_requests as usize))
+        .timeout(config.request_timeout());
+    router.layer(edge)
+}
+
+/// The admin listener's router: metrics and the detail of readiness, for operators, never the public.
+pub fn admin_app(state: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics::render).with_state(state.metrics.clone()))
+        .route("/readyz", get(api::health::readyz_detail))
+        .route("/livez", get(api::health::livez))
+        .with_state(state)
+        .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
+}

@@ -1,0 +1,109 @@
+//! The generation of the read model being served, and whether it is complete, as last read. Requests read
+//! it once each (so one response never mixes two generations); the background refresh
+//! (`crate::state::AppState::refresh`) reads it again a few times a second.
+
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
+use shared::Keyspace;
+
+use super::model::ReadModel;
+
+/// The generation before the active one has been read (generations start at 1).
+const UNKNOWN: u64 = 0;
+
+/// What the last read of the active generation found.
+const COMPLETE: u8 = 0;
+/// The projector is projecting the generation again after Redis lost data (or it is new).
+const HEALING: u8 = 1;
+/// The active generation was known and is gone: Redis lost its data, and no projector has answered yet.
+const LOST: u8 = 2;
+
+pub struct Generation {
+    prefix: String,
+    /// The active generation as last read; 0 until it has been read once.
+    generation: AtomicU64,
+    /// [`COMPLETE`], [`HEALING`] or [`LOST`].
+    condition: AtomicU8,
+}
+
+/// What a read of the active generation found.
+pub enum Found {
+    /// The read failed (logged); nothing changed.
+    Nothing,
+    /// No active generation: Redis lost its data, or no projector has written one yet.
+    Gone,
+    /// The active generation, and whether it is complete.
+    Active { keys: Keyspace, complete: bool },
+}
+
+impl Generation {
+    pub fn new(prefix: &str) -> Self {
+        Self { prefix: prefix.to_string(), generation: AtomicU64::new(UNKNOWN), condition: AtomicU8::new(COMPLETE) }
+    }
+
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// While the read model is not known to be complete, every request reads the generation again, so that
+    /// it is served the moment the projector has caught up.
+    pub fn needs_reading(&self) -> bool {
+        self.generation.load(Ordering::Acquire) == UNKNOWN || self.condition.load(Ordering::Acquire) != COMPLETE
+    }
+
+    /// The keys of the generation being served, or why none is.
+    pub fn keyspace(&self) -> Result<Keyspace, &'static str> {
+        self.serving().map(|generation| Keyspace::new(self.prefix.clone(), generation))
+    }
+
+    /// The generation being served, or why none is.
+    pub fn serving(&self) -> Result<u64, &'static str> {
+        match (self.generation.load(Ordering::Acquire), self.condition.load(Ordering::Acquire)) {
+            (_, HEALING) => Err("the read model is incomplete: the projector is projecting it (again)"),
+            (_, LOST) => Err("the read model's Redis lost its data; waiting for the projector"),
+            (UNKNOWN, _) => Err("the read model's active generation is not known yet"),
+            (generation, _) => Ok(generation),
+        }
+    }
+
+    /// Reads the active generation and whether it is complete, and records the condition (not yet the
+    /// generation: see [`Self::serve`]).
+    pub async fn read(&self, model: &ReadModel) -> Found {
+        let generation = match model.active_generation(&self.prefix).await {
+            Ok(Some(generation)) => generation,
+            Ok(None) => {
+                if self.generation.load(Ordering::Acquire) != UNKNOWN
+                    && self.condition.swap(LOST, Ordering::AcqRel) != LOST
+                {
+                    tracing::error!("the read model's active generation is gone: Redis lost its data");
+                }
+                return Found::Gone;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the active generation");
+                return Found::Nothing;
+            }
+        };
+        let keys = Keyspace::new(self.prefix.clone(), generation);
+        let condition = match model.healing_partitions(&keys).await {
+            Ok(0) => COMPLETE,
+            Ok(_) => HEALING,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read whether the read model is complete");
+                return Found::Nothing;
+            }
+        };
+        if self.condition.swap(condition, Ordering::AcqRel) != condition {
+            tracing::info!(generation, complete = condition == COMPLETE, "the read model's condition changed");
+        }
+        Found::Active { keys, complete: condition == COMPLETE }
+    }
+
+    /// Serves `generation` from now on.
+    pub fn serve(&self, generation: u64) {
+        let previous = self.generation.swap(generation, Ordering::AcqRel);
+        if previous != generation {
+            tracing::info!(generation, previous, "serving a new generation of the read model");
+        }
+    }
+}
