@@ -120,7 +120,7 @@ async fn read_info(conn: &mut Connection, metrics: &Metrics) -> RedisResult<Hash
     let mut now = HashMap::new();
     for node in conn.nodes().await? {
         let info: String = redis::from_redis_value(conn.on_node(&node, &position::info()).await?)?;
-        let info = NodeInfo::parse(&info);
+        let info = NodeInfo { slots: node.slots.clone(), ..NodeInfo::parse(&info) };
         let labels = NodeLabels { node: node.address.clone() };
         metrics.redis.memory_used.get_or_create(&labels).set(info.used_memory);
         metrics.redis.memory_max.get_or_create(&labels).set(info.maxmemory);

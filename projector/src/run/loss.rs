@@ -13,6 +13,8 @@ pub struct NodeInfo {
     pub flushes: u64,
     pub used_memory: i64,
     pub maxmemory: i64,
+    /// The slots it serves, from the cluster's view (every slot for the one server); not from `INFO`.
+    pub slots: Vec<(u16, u16)>,
 }
 
 impl NodeInfo {
@@ -37,17 +39,23 @@ fn calls(stats: &str) -> u64 {
     stats.split(',').find_map(|kv| kv.strip_prefix("calls=")?.parse().ok()).unwrap_or(0)
 }
 
-/// What the primaries said last time, by address.
+/// What the primaries said last time, by address, and the primaries that went away while serving slots.
 #[derive(Debug, Default)]
-pub struct Seen(HashMap<String, NodeInfo>);
+pub struct Seen {
+    last: HashMap<String, NodeInfo>,
+    /// Primaries gone from a look while they served slots (failing, or failed over), kept until another
+    /// primary serves those slots: however many looks apart the two are seen, a new primary serving a
+    /// vanished one's slots is a failover, and may lack the last writes.
+    vanished: HashMap<String, NodeInfo>,
+}
 
 impl Seen {
-    /// Compares what the primaries say now with what they said last time; returns one line per loss, with
+    /// Compares what the primaries say now with what they said before; returns one line per loss, with
     /// an id that every projector derives alike from the same facts (so that they answer it once).
     pub fn compare(&mut self, now: HashMap<String, NodeInfo>) -> Vec<String> {
         let mut losses = Vec::new();
-        if !self.0.is_empty() {
-            let before: HashMap<&str, &NodeInfo> = self.0.values().map(|n| (n.run_id.as_str(), n)).collect();
+        if !self.last.is_empty() {
+            let before: HashMap<&str, &NodeInfo> = self.last.values().map(|n| (n.run_id.as_str(), n)).collect();
             for (address, node) in &now {
                 match before.get(node.run_id.as_str()) {
                     // The same process: lost data only if it was flushed since.
@@ -56,21 +64,41 @@ impl Seen {
                     }
                     Some(_) => {}
                     // A process never seen at this address: restarted, or a replica promoted in its place.
-                    None if self.0.contains_key(address) => {
+                    None if self.last.contains_key(address) || self.vanished.contains_key(address) => {
                         losses.push(format!("restart of {address} ({})", node.run_id))
                     }
-                    // A primary new to the cluster holds only what was moved to it, unless another one
-                    // went away meanwhile: then it may be a replica promoted without the last writes.
-                    None if self.0.keys().any(|gone| !now.contains_key(gone)) => {
+                    // A primary new to the cluster holds only what was moved to it, unless it serves the
+                    // slots of one that went away: then it is a replica promoted, maybe without the last
+                    // writes.
+                    None if self.vanished.values().any(|gone| overlap(&gone.slots, &node.slots))
+                        || self.last.keys().any(|gone| !now.contains_key(gone)) =>
+                    {
                         losses.push(format!("failover to {address} ({})", node.run_id))
                     }
                     None => {}
                 }
             }
+            for (address, node) in &self.last {
+                if !now.contains_key(address) && !node.slots.is_empty() {
+                    self.vanished.insert(address.clone(), node.clone());
+                }
+            }
         }
-        self.0 = now;
+        // A vanished primary is forgotten once it is back, or once its slots are all served again.
+        self.vanished.retain(|address, gone| {
+            !now.contains_key(address) && !gone.slots.iter().all(|range| now.values().any(|n| covers(&n.slots, *range)))
+        });
+        self.last = now;
         losses
     }
+}
+
+fn overlap(a: &[(u16, u16)], b: &[(u16, u16)]) -> bool {
+    a.iter().any(|(low, high)| b.iter().any(|(l, h)| low <= h && l <= high))
+}
+
+fn covers(ranges: &[(u16, u16)], (low, high): (u16, u16)) -> bool {
+    ranges.iter().any(|(l, h)| *l <= low && high <= *h)
 }
 
 #[cfg(test)]
@@ -87,7 +115,7 @@ mod tests {
                     cmdstat_flushall:calls=2,usec=10,usec_per_call=5.00\r\ncmdstat_flushdb:calls=1,usec=1\r\n";
         assert_eq!(
             NodeInfo::parse(info),
-            NodeInfo { run_id: "abc".into(), flushes: 3, used_memory: 1024, maxmemory: 0 }
+            NodeInfo { run_id: "abc".into(), flushes: 3, used_memory: 1024, maxmemory: 0, slots: Vec::new() }
         );
     }
 
@@ -105,5 +133,29 @@ mod tests {
         // After a failover the promoted replica answers at its own address, and the old one is gone.
         let failed_over = seen.compare(HashMap::from([("a".into(), node("2", 0)), ("c".into(), node("4", 0))]));
         assert_eq!(failed_over, ["failover to c (4)"], "a replica promoted may lack the last writes");
+    }
+
+    fn primary(run_id: &str, slots: &[(u16, u16)]) -> NodeInfo {
+        NodeInfo { run_id: run_id.into(), slots: slots.to_vec(), ..Default::default() }
+    }
+
+    #[test]
+    fn a_failover_is_seen_however_many_looks_apart_the_old_primary_goes_and_the_new_one_comes() {
+        let (a, b) = (primary("ra", &[(0, 8191)]), primary("rb", &[(8192, 16383)]));
+        let mut seen = Seen::default();
+        assert!(seen.compare(HashMap::from([("a".into(), a.clone()), ("b".into(), b.clone())])).is_empty());
+        // `a` flagged failing drops out of the look; its slots are served by nobody meanwhile.
+        assert!(seen.compare(HashMap::from([("b".into(), b.clone())])).is_empty());
+        assert!(seen.compare(HashMap::from([("b".into(), b.clone())])).is_empty());
+        // Its replica `c`, promoted, serves them.
+        let c = primary("rc", &[(0, 8191)]);
+        let promoted = seen.compare(HashMap::from([("b".into(), b.clone()), ("c".into(), c.clone())]));
+        assert_eq!(promoted, ["failover to c (rc)"]);
+        // Seen once: the next look is quiet, and a primary added later with slots moved to it is no loss.
+        assert!(seen.compare(HashMap::from([("b".into(), b.clone()), ("c".into(), c.clone())])).is_empty());
+        let d = primary("rd", &[(100, 200)]);
+        let c = primary("rc", &[(0, 99), (201, 8191)]);
+        let grown = seen.compare(HashMap::from([("b".into(), b), ("c".into(), c), ("d".into(), d)]));
+        assert!(grown.is_empty(), "{grown:?}");
     }
 }
