@@ -47,6 +47,8 @@ pub enum Interrupted {
     Stopped,
     /// Redis may have lost data: what the guard said.
     Lost(String),
+    /// Redis did not say whether it lost data: nothing was written, the batch is read again.
+    Unanswered,
 }
 
 /// Asked before a batch is written to Redis and after every Redis error: whether Redis may have lost
@@ -92,12 +94,15 @@ pub async fn step(
     match project(&records, source, store, metrics, guard, stopped).await {
         Ok(()) => {}
         Err(Interrupted::Stopped) => return Step::Stopped,
-        Err(Interrupted::Lost(loss)) => {
+        Err(interrupted @ (Interrupted::Lost(_) | Interrupted::Unanswered)) => {
             // The messages taken past what was applied are read again.
             if let Err(e) = source.drop_fetched() {
                 tracing::warn!(error = %e, "could not read the dropped batch again");
             }
-            return Step::Lost(loss);
+            return match interrupted {
+                Interrupted::Lost(loss) => Step::Lost(loss),
+                _ => Step::Idle,
+            };
         }
     }
     // Shutting down: commit synchronously, so that a restart does not apply the batch again.
@@ -197,17 +202,18 @@ async fn write_all<'a>(
     let mut checked = false;
     while let Some(part) = pending.pop() {
         if !checked {
-            // Asked again until it answers: a Redis that cannot say whether it lost data is not written to.
-            loop {
-                match guard.check(store.keys()).await {
-                    Ok(()) => break,
-                    Err(Doubt::Unanswered(e)) => {
-                        if !retry.after(format!("asking whether it lost data: {e}"), stopped).await {
-                            return Err(Interrupted::Stopped);
-                        }
+            // A Redis that cannot say whether it lost data is not written to. Its silence is waited out
+            // once, then handed back: the caller's housekeeping (sharing partitions, following the
+            // generation) goes on while Redis does not answer.
+            match guard.check(store.keys()).await {
+                Ok(()) => {}
+                Err(Doubt::Unanswered(e)) => {
+                    if !retry.after(format!("asking whether it lost data: {e}"), stopped).await {
+                        return Err(Interrupted::Stopped);
                     }
-                    Err(Doubt::Lost(loss)) => return Err(Interrupted::Lost(loss)),
+                    return Err(Interrupted::Unanswered);
                 }
+                Err(Doubt::Lost(loss)) => return Err(Interrupted::Lost(loss)),
             }
             checked = true;
         }

@@ -192,8 +192,7 @@ impl Connection {
         match self {
             Connection::Single(_) => Ok(vec![Node { address: "redis".into(), slots: vec![(0, 16383)] }]),
             Connection::Cluster(cluster) => {
-                let (_, mut conn) = cluster.current();
-                let primaries = primaries(&mut conn).await?;
+                let primaries = cluster.call(async |c| primaries(c).await).await?;
                 Ok(primaries.into_iter().map(|p| Node { address: p.address(), slots: p.slots }).collect())
             }
         }
@@ -204,11 +203,11 @@ impl Connection {
         match self {
             Connection::Single(conn) => cmd.query_async(conn).await,
             Connection::Cluster(cluster) => {
-                let (_, mut conn) = cluster.current();
                 let (host, port) = node.address.rsplit_once(':').unwrap_or((&node.address, "6379"));
                 let port = port.parse().unwrap_or(6379);
                 let routing = SingleNodeRoutingInfo::ByAddress { host: host.to_string(), port };
-                conn.route_command(cmd.clone(), RoutingInfo::SingleNode(routing)).await
+                // Through `call`, so that a wedged connection that times out is replaced.
+                cluster.call(async |c| c.route_command(cmd.clone(), RoutingInfo::SingleNode(routing)).await).await
             }
         }
     }
