@@ -83,7 +83,7 @@ impl Watch {
         }
     }
 
-    /// Forgets everything recorded: after a switch to another generation, whose positions are its own.
+    /// Forgets everything recorded: every partition is read again from what Redis holds.
     pub fn forget_all(&mut self) {
         self.written.clear();
     }
