@@ -22,6 +22,11 @@
 //!   epochs current. `error`: the one error type, mapped to section 7's statuses and bodies.
 //!
 //! Dependencies run one way: `edge` → `api` → `state` → `auth` → `read`, and `links`; none back.
+//!
+//! An interview has three shapes, each for one reader: the projector's fold state (`InterviewState`),
+//! the stored document (`shared::InterviewDocument`, what Redis holds), and the served body
+//! (`api::models::Interview`, section 2), written from the stored bytes through the borrowed
+//! `api::json::InterviewFields` without building the served shape (tests keep the two byte-identical).
 
 mod api;
 mod auth;

@@ -109,17 +109,19 @@ async fn on_a_cluster_one_flushed_primary_and_one_rolled_back_primary_are_both_h
     world.wait_converged(&expected, CONVERGENCE).await;
 
     // Another restarted from its older snapshot.
+    // Answers from the kill on belong to the second fault: until the rollback is detected, the restarted
+    // primary may serve its older snapshot (the window the README names).
     let losses = world.losses();
+    let started = Instant::now();
     cluster.nodes[1].kill();
     cluster.nodes[1].restart();
     cluster.wait_ok().await;
-    let started = Instant::now();
     end_to_end::eventually(DETECTION * 2, "the rollback to be detected", || async {
         (world.losses() > losses).then_some(())
     })
     .await;
     let detected_again = Instant::now();
-    println!("rollback detected {:?} after the restart", detected_again - started);
+    println!("rollback detected {:?} after the kill", detected_again - started);
     world.wait_converged(&expected, CONVERGENCE).await;
     let probes = prober.finish().await;
     let (first, second): (Vec<_>, Vec<_>) = probes.into_iter().partition(|p| p.at < started);

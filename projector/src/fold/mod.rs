@@ -2,7 +2,7 @@
 //! read model must hold for it afterwards. Nothing here touches Redis or Kafka; `store` writes what
 //! [`fold`] decides.
 
-mod outcome;
+mod folded;
 mod participant;
 mod state;
 mod transcript;
@@ -10,7 +10,7 @@ mod transcript;
 use shared::events::{Body, Role};
 use shared::{Event, Participant, VideoObject};
 
-pub use outcome::{IndexChange, Outcome, TranscriptChange};
+pub use folded::{Folded, IndexChange, TranscriptChange};
 pub use state::{State, StudyStatus};
 pub use transcript::HEADER as TRANSCRIPT_HEADER;
 
@@ -28,7 +28,7 @@ pub enum Verdict {
 /// Applies `events` (one aggregate's, in arrival order, all of its organization) to `state` last applied
 /// at `sequence`, and says what became of each event. Events at or below the applied sequence are
 /// duplicates and change nothing; a jump in sequence is a gap, applied and counted.
-pub fn fold(aggregate_id: &str, mut sequence: u64, mut state: State, events: &[&Event]) -> (Outcome, Vec<Verdict>) {
+pub fn fold(aggregate_id: &str, mut sequence: u64, mut state: State, events: &[&Event]) -> (Folded, Vec<Verdict>) {
     let mut verdicts = Vec::with_capacity(events.len());
     let mut cues = String::new();
     for event in events {
@@ -46,7 +46,7 @@ pub fn fold(aggregate_id: &str, mut sequence: u64, mut state: State, events: &[&
         sequence = envelope.sequence;
         apply(&mut state, event, &mut cues);
     }
-    (outcome::outcome(aggregate_id, sequence, state, cues), verdicts)
+    (folded::folded(aggregate_id, sequence, state, cues), verdicts)
 }
 
 fn apply(state: &mut State, event: &Event, cues: &mut String) {

@@ -28,7 +28,7 @@ fn ev(topic: Topic, seq: u64, kind: &str, at: &str, data: serde_json::Value) -> 
     }
 }
 
-fn run(topic: Topic, events: &[Event]) -> (Outcome, Tally) {
+fn run(topic: Topic, events: &[Event]) -> (Folded, Tally) {
     let refs: Vec<&Event> = events.iter().collect();
     let (outcome, verdicts) = fold("a1", 0, State::new(topic), &refs);
     (outcome, tally(&verdicts))

@@ -27,7 +27,7 @@ pub struct Watch {
     metrics: Arc<Metrics>,
     seen: Seen,
     /// What this projector last recorded on each primary: what the next record expects to find.
-    pub written: position::Written,
+    pub written: position::Recorded,
     /// Where this projector's partitions stand, as of the batch about to be written.
     positions: HashMap<Partition, i64>,
     /// Redis refused `INFO` to this user: only the positions tell a loss.
@@ -40,7 +40,7 @@ impl Watch {
             conn,
             metrics,
             seen: Seen::default(),
-            written: position::Written::new(),
+            written: position::Recorded::new(),
             positions: HashMap::new(),
             info_refused: false,
         }

@@ -22,7 +22,7 @@ pub use generation::{active_generation, check_no_eviction, connect, delete_gener
 
 use crate::fold::{fold, State, Verdict};
 use crate::observe::Outcome;
-use write::{Write, WriteScript, Written};
+use write::{ScriptReply, Write, WriteScript};
 
 /// How many times one batch re-reads an aggregate that changed under it before giving up.
 const MAX_ATTEMPTS: usize = 8;
@@ -224,7 +224,7 @@ impl Store {
         let mut written = Vec::new();
         for p in pending {
             let (sequence, state) = p.loaded.clone().expect("loaded before writing");
-            let (outcome, verdicts) = fold(p.group.aggregate_id, sequence, state, &p.events);
+            let (folded, verdicts) = fold(p.group.aggregate_id, sequence, state, &p.events);
             if verdicts.iter().all(|v| *v == Verdict::Duplicate) {
                 record(p.group.topic, &p.events, |_| Outcome::Duplicate, applied);
                 continue;
@@ -234,7 +234,7 @@ impl Store {
                 org: p.org,
                 aggregate_id: p.group.aggregate_id,
                 expected: sequence,
-                outcome: &outcome,
+                folded: &folded,
             };
             commands.push(self.write.invocation(&self.keys, &write));
             written.push((p, verdicts));
@@ -246,8 +246,8 @@ impl Store {
         let mut conflicts = Vec::new();
         for ((mut p, verdicts), reply) in written.into_iter().zip(replies) {
             match WriteScript::reply(reply)? {
-                Written::Applied => record(p.group.topic, &p.events, |i| verdicts[i].into(), applied),
-                Written::ClaimRefused => {
+                ScriptReply::Applied => record(p.group.topic, &p.events, |i| verdicts[i].into(), applied),
+                ScriptReply::ClaimRefused => {
                     tracing::warn!(key = p.group.aggregate_id, "refused a key's claim on a hash another key id holds");
                     let claimed = |i: usize| {
                         let created = p.events[i].envelope.kind == "api_key.created";
@@ -259,7 +259,7 @@ impl Store {
                     };
                     record(p.group.topic, &p.events, claimed, applied);
                 }
-                Written::Conflict(stored) => {
+                ScriptReply::Conflict(stored) => {
                     tracing::debug!(
                         aggregate = p.group.aggregate_id,
                         stored,

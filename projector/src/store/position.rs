@@ -73,7 +73,7 @@ pub async fn read(
 }
 
 /// What a projector last wrote, per position key and partition: what the next write expects to find.
-pub type Written = HashMap<String, HashMap<Partition, i64>>;
+pub type Recorded = HashMap<String, HashMap<Partition, i64>>;
 
 /// Records `applied` on every primary. Returns the partitions some primary lost (nothing is written for
 /// them there); `written` is updated with what was written.
@@ -81,7 +81,7 @@ pub async fn record(
     conn: &mut Connection,
     keys: &Keyspace,
     applied: &HashMap<Partition, i64>,
-    written: &mut Written,
+    written: &mut Recorded,
 ) -> redis::RedisResult<Vec<Partition>> {
     if applied.is_empty() {
         return Ok(Vec::new());

@@ -1,16 +1,16 @@
 //! The write script and the only Rust that knows its arguments: one atomic script per aggregate, in its
-//! organization's slot, that applies a fold's outcome unless the stored sequence moved since it was read.
+//! organization's slot, that applies what a fold produced unless the stored sequence moved since it was read.
 
 use redis::{Cmd, Script, Value};
 use shared::{Keyspace, Topic};
 
-use crate::fold::{IndexChange, Outcome, State, TranscriptChange, TRANSCRIPT_HEADER};
+use crate::fold::{Folded, IndexChange, State, TranscriptChange, TRANSCRIPT_HEADER};
 
 const SOURCE: &str = include_str!("write.lua");
 
 /// What the script did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Written {
+pub enum ScriptReply {
     Applied,
     /// Applied, except that the key's hash is claimed by another key id, so it opens nothing for this one.
     ClaimRefused,
@@ -26,7 +26,7 @@ pub struct Write<'a> {
     pub org: &'a str,
     pub aggregate_id: &'a str,
     pub expected: u64,
-    pub outcome: &'a Outcome,
+    pub folded: &'a Folded,
 }
 
 impl WriteScript {
@@ -41,15 +41,15 @@ impl WriteScript {
 
     /// The script's call for one aggregate; its keys are in the organization's slot (or the API keys').
     pub fn invocation(&self, keys: &Keyspace, w: &Write<'_>) -> Cmd {
-        let (topic, org, id, outcome) = (w.topic, w.org, w.aggregate_id, w.outcome);
+        let (topic, org, id, folded) = (w.topic, w.org, w.aggregate_id, w.folded);
         let state_key = keys.aggregate(topic, org, id);
-        let index_key = match (&outcome.state, &outcome.index) {
+        let index_key = match (&folded.state, &folded.index) {
             (_, IndexChange::None) => state_key.clone(),
             (State::Study(_), _) => keys.studies(org),
             (State::Interview(i), _) => keys.interviews(org, i.study_id.as_deref().unwrap_or_default()),
             (State::ApiKey(k), _) => keys.api_key_sha(k.sha256.as_deref().unwrap_or_default()),
         };
-        let document_op = if outcome.document.is_some() { "set" } else { "delete" };
+        let document_op = if folded.document.is_some() { "set" } else { "delete" };
         // An API key has no document; its third key is the key index's epoch, replaced by every key event.
         let (documents_key, document_op) = match topic {
             Topic::ApiKey => (keys.api_key_epoch(), "none"),
@@ -60,7 +60,7 @@ impl WriteScript {
             Topic::Interview => keys.transcript(org, id),
             _ => state_key.clone(),
         };
-        let (op, score_or_org) = match &outcome.index {
+        let (op, score_or_org) = match &folded.index {
             IndexChange::None => ("none", String::new()),
             IndexChange::Add(score) => ("add", format!("{}", *score as i64)),
             IndexChange::Remove => ("remove", String::new()),
@@ -68,19 +68,19 @@ impl WriteScript {
             IndexChange::KeyRevoked { .. } => ("key-revoked", String::new()),
         };
         // After the four keys: an API key's retired index entries, or the organization's epoch.
-        let more: Vec<String> = match (&outcome.index, topic) {
+        let more: Vec<String> = match (&folded.index, topic) {
             (IndexChange::KeyLive { retired } | IndexChange::KeyRevoked { retired }, _) => {
                 retired.iter().map(|sha| keys.api_key_sha(sha)).collect()
             }
             (_, Topic::ApiKey) => Vec::new(),
             _ => vec![keys.org_epoch(org)],
         };
-        let (transcript_op, cues) = match &outcome.transcript {
+        let (transcript_op, cues) = match &folded.transcript {
             TranscriptChange::Keep => ("keep", ""),
             TranscriptChange::Append(cues) => ("append", cues.as_str()),
             TranscriptChange::Delete => ("delete", ""),
         };
-        let state = serde_json::to_string(&outcome.state).expect("state always serializes");
+        let state = serde_json::to_string(&folded.state).expect("state always serializes");
         let mut invocation = redis::cmd("EVALSHA");
         invocation
             .arg(self.0.get_hash())
@@ -94,11 +94,11 @@ impl WriteScript {
         }
         invocation
             .arg(w.expected)
-            .arg(outcome.sequence)
+            .arg(folded.sequence)
             .arg(state)
             .arg(id)
             .arg(document_op)
-            .arg(outcome.document.as_deref().unwrap_or(""))
+            .arg(folded.document.as_deref().unwrap_or(""))
             .arg(op)
             .arg(score_or_org)
             .arg(transcript_op)
@@ -110,13 +110,13 @@ impl WriteScript {
 
     /// Reads the script's reply: the status `APPLIED`, or the sequence it found as a string. Anything
     /// else is an error, never taken for applied.
-    pub fn reply(value: Value) -> Result<Written, ReplyError> {
+    pub fn reply(value: Value) -> Result<ScriptReply, ReplyError> {
         match &value {
-            Value::SimpleString(status) if status == "APPLIED" => Ok(Written::Applied),
-            Value::SimpleString(status) if status == "CLAIM-REFUSED" => Ok(Written::ClaimRefused),
+            Value::SimpleString(status) if status == "APPLIED" => Ok(ScriptReply::Applied),
+            Value::SimpleString(status) if status == "CLAIM-REFUSED" => Ok(ScriptReply::ClaimRefused),
             Value::BulkString(found) => {
                 let found = std::str::from_utf8(found).ok().and_then(|s| s.parse().ok());
-                found.map(Written::Conflict).ok_or(ReplyError(value))
+                found.map(ScriptReply::Conflict).ok_or(ReplyError(value))
             }
             _ => Err(ReplyError(value)),
         }
@@ -135,9 +135,9 @@ mod tests {
     #[test]
     fn only_the_applied_status_reads_as_applied() {
         let applied = WriteScript::reply(Value::SimpleString("APPLIED".into())).unwrap();
-        assert_eq!(applied, Written::Applied);
+        assert_eq!(applied, ScriptReply::Applied);
         let found = WriteScript::reply(Value::BulkString(b"18446744073709551615".to_vec())).unwrap();
-        assert_eq!(found, Written::Conflict(u64::MAX));
+        assert_eq!(found, ScriptReply::Conflict(u64::MAX));
         for other in [Value::Int(-1), Value::Int(3), Value::Okay, Value::Nil, Value::BulkString(b"-1".to_vec())] {
             assert!(WriteScript::reply(other).is_err());
         }

@@ -38,7 +38,7 @@ pub enum IndexChange {
 
 /// Everything the read model must hold for one aggregate after a run of events.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Outcome {
+pub struct Folded {
     pub sequence: u64,
     pub state: State,
     /// The served document, present only while the record is visible.
@@ -48,7 +48,7 @@ pub struct Outcome {
 }
 
 /// The outcome of `state`, last applied at `sequence`, with the cues recorded by this run of events.
-pub(super) fn outcome(id: &str, sequence: u64, state: State, cues: String) -> Outcome {
+pub(super) fn folded(id: &str, sequence: u64, state: State, cues: String) -> Folded {
     let (document, index, transcript) = match &state {
         State::Study(study) => match (study.status, study.completed_at, study.deleted) {
             (StudyStatus::Completed, Some(completed_at), false) => {
@@ -99,7 +99,7 @@ pub(super) fn outcome(id: &str, sequence: u64, state: State, cues: String) -> Ou
             (None, index, TranscriptChange::Keep)
         }
     };
-    Outcome { sequence, state, document, index, transcript }
+    Folded { sequence, state, document, index, transcript }
 }
 
 fn format_time(at: Option<DateTime<Utc>>) -> String {
