@@ -3,7 +3,7 @@
 //! every answer, and the checks that the read model healed and no answer was wrong once the loss was known.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use shared::connection::{Connection, Settings, Target};
@@ -123,7 +123,8 @@ impl Probe {
 /// Asks the API for every organization's studies with one valid key each, again and again.
 pub struct Prober {
     stop: Arc<AtomicBool>,
-    task: tokio::task::JoinHandle<Vec<Probe>>,
+    probes: Arc<Mutex<Vec<Probe>>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl Prober {
@@ -141,8 +142,9 @@ impl Prober {
         let (address, client) = (app.address.clone(), app.client.clone());
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = stop.clone();
+        let heard = Arc::new(Mutex::new(Vec::<Probe>::new()));
+        let probes = heard.clone();
         let task = tokio::spawn(async move {
-            let mut probes: Vec<Probe> = Vec::new();
             // Told to stop, it goes on until it has one answer given after being told (so that an API that
             // has just healed is heard answering), or for at most 5 s.
             let mut told: Option<Instant> = None;
@@ -151,7 +153,8 @@ impl Prober {
                     told = Some(Instant::now());
                 }
                 if let Some(at) = told {
-                    if probes.iter().any(|p| p.at > at && p.status == 200) || at.elapsed() > Duration::from_secs(5) {
+                    let answered = probes.lock().unwrap().iter().any(|p| p.at > at && p.status == 200);
+                    if answered || at.elapsed() > Duration::from_secs(5) {
                         break;
                     }
                 }
@@ -161,19 +164,33 @@ impl Prober {
                     let status = response.status().as_u16();
                     let body: serde_json::Value = response.json().await.unwrap_or_default();
                     let total = body["pagination"]["total"].as_u64();
-                    probes.push(Probe { at: Instant::now(), org: org.clone(), status, total, expected: *expected });
+                    let probe = Probe { at: Instant::now(), org: org.clone(), status, total, expected: *expected };
+                    probes.lock().unwrap().push(probe);
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            probes
         });
-        Self { stop, task }
+        Self { stop, probes: heard, task }
+    }
+
+    /// Waits until every organization probed was answered 200 after `since` (a healed API heard by the
+    /// prober itself, before the next fault).
+    pub async fn wait_answered(&self, since: Instant, within: Duration) {
+        eventually(within, "the prober to hear the API answer again", || async {
+            let probes = self.probes.lock().unwrap();
+            let unanswered = probes.iter().filter(|p| p.at < since).map(|p| &p.org).any(|org| {
+                !probes.iter().any(|p| p.at >= since && p.status == 200 && &p.org == org)
+            });
+            (!unanswered && probes.iter().any(|p| p.at >= since)).then_some(())
+        })
+        .await;
     }
 
     /// Stops probing, once it has heard a 200 given after this call (or after 5 s), and returns every answer.
     pub async fn finish(self) -> Vec<Probe> {
         self.stop.store(true, Ordering::Relaxed);
-        self.task.await.expect("prober")
+        self.task.await.expect("prober");
+        std::mem::take(&mut *self.probes.lock().unwrap())
     }
 }
 

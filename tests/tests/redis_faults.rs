@@ -107,6 +107,7 @@ async fn on_a_cluster_one_flushed_primary_and_one_rolled_back_primary_are_both_h
     assert_eq!(cluster.nodes[0].cli(&["FLUSHALL"]), "OK");
     let detected = world.wait_detected(DETECTION).await;
     world.wait_converged(&expected, CONVERGENCE).await;
+    prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
 
     // Another restarted from its older snapshot.
     // Answers from the kill on belong to the second fault: until the rollback is detected, the restarted
