@@ -67,9 +67,9 @@ pub struct Config {
     #[arg(long, env = "READ_CACHE_MB", default_value_t = 64)]
     pub read_cache_mb: u64,
 
-    /// Most a page of interviews may take, in MiB: its stored documents and transcripts, summed in Redis
-    /// before anything is read. A larger page is answered 400 with a JSON string that asks for a smaller
-    /// pageSize, so that no request holds more than about twice this in memory.
+    /// Most one request reads into memory, in MiB: stored documents and whole transcripts, summed in
+    /// Redis before they are read. A transcript beyond it is sent in 1 MiB chunks as the client takes
+    /// them, so that no request holds more than about twice this in memory, and none is refused for it.
     #[arg(long, env = "MAX_PAGE_MB", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_page_mb: u64,
 

@@ -10,7 +10,6 @@ use axum::Json;
 use serde_json::json;
 
 use crate::auth::AuthError;
-use crate::read::ReadError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -26,10 +25,6 @@ pub enum ApiError {
     /// The key's rate limit is spent; a token comes back after this long.
     #[error("rate limit exceeded")]
     TooManyRequests(Duration),
-    /// A page whose documents and transcripts take more than a page may (`MAX_PAGE_MB`): 400, so that the
-    /// client asks for a smaller `pageSize` rather than the same page again.
-    #[error("the page takes {bytes} bytes, more than the {budget} a page may")]
-    PageTooLarge { bytes: u64, budget: u64 },
     /// Too many unknown API keys were looked up lately: 503 with `Retry-After`.
     #[error("too many unknown API keys lately")]
     Throttled(Duration),
@@ -50,12 +45,6 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         match self {
             ApiError::BadRequest(message) => (StatusCode::BAD_REQUEST, Json(message)).into_response(),
-            ApiError::PageTooLarge { bytes, budget } => {
-                let message = format!(
-                    "this page takes {bytes} bytes, more than the {budget} a page may: ask for a smaller pageSize"
-                );
-                (StatusCode::BAD_REQUEST, Json(message)).into_response()
-            }
             ApiError::Unauthorized => {
                 let mut response = error(StatusCode::UNAUTHORIZED, "missing or invalid API key");
                 response.headers_mut().insert("www-authenticate", "Bearer".parse().expect("valid header"));
@@ -109,15 +98,6 @@ impl From<AuthError> for ApiError {
             AuthError::RateLimited(wait) => ApiError::TooManyRequests(wait),
             AuthError::Throttled(wait) => ApiError::Throttled(wait),
             AuthError::Redis(e) => ApiError::Unavailable(e),
-        }
-    }
-}
-
-impl From<ReadError> for ApiError {
-    fn from(e: ReadError) -> Self {
-        match e {
-            ReadError::Redis(e) => ApiError::Unavailable(e),
-            ReadError::PageTooLarge { bytes, budget } => ApiError::PageTooLarge { bytes, budget },
         }
     }
 }

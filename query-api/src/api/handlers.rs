@@ -60,7 +60,7 @@ pub async fn list_studies(
         body.stored(doc);
     }
     body.close_page(&PageInfo { total: found.total, page: page.page, page_size: page.page_size });
-    Ok(json(body))
+    Ok(json(&state, body))
 }
 
 /// One completed study of the key's organization.
@@ -127,7 +127,7 @@ pub async fn list_interviews(
         interview(&state, &mut body, stored, &mut links).await?;
     }
     body.close_page(&PageInfo { total: found.total, page: page.page, page_size: page.page_size });
-    Ok(json(body))
+    Ok(json(&state, body))
 }
 
 /// One completed, visible interview of the organization, whatever the state of its study.
@@ -155,7 +155,7 @@ pub async fn get_interview(
     let mut body = JsonBody::with_capacity(served_size(stored));
     let mut links = state.links.as_deref().map(Presigner::links);
     interview(&state, &mut body, stored, &mut links).await?;
-    Ok(json(body))
+    Ok(json(&state, body))
 }
 
 /// Writes one served interview: the stored document, its transcript, and a fresh video link signed by
@@ -181,18 +181,20 @@ async fn interview(
         },
         _ => None,
     };
-    body.interview(&doc, link.as_deref(), transcript.as_deref());
+    body.interview(&doc, link.as_deref(), transcript);
     Ok(())
 }
 
-/// About how many bytes an interview takes served: its document, its transcript (escaped) and a link.
+/// About how many bytes an interview takes written in memory: its document, its transcript (escaped)
+/// unless it is a long one, and a link.
 fn served_size((doc, transcript): &InterviewRead) -> usize {
-    doc.len() + transcript.as_ref().map_or(0, |t| t.len() + t.len() / 8) + 640
+    doc.len() + transcript.inline_bytes() + 640
 }
 
-/// A JSON response of bytes already written.
-fn json(body: JsonBody) -> Response {
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body.into_bytes()).into_response()
+/// A JSON response of a body written, its long transcripts read from the read model as it is sent.
+fn json(state: &AppState, body: JsonBody) -> Response {
+    let body = body.into_body(state.reads.model());
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {

@@ -9,10 +9,14 @@
 
 use std::borrow::Cow;
 
+use axum::body::{Body, Bytes};
+use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use crate::api::models::PageInfo;
+use crate::read::model::ReadModel;
+use crate::read::transcript::{self, Transcript};
 
 /// The fields of a stored interview document (`shared::InterviewDocument`), borrowed from its JSON.
 #[derive(Deserialize)]
@@ -47,34 +51,48 @@ impl<'a> InterviewFields<'a> {
     }
 }
 
-/// A JSON body being written.
-pub struct JsonBody(Vec<u8>);
+/// A JSON body being written: in memory, but for long transcripts, which are read from Redis while the
+/// body is sent ([`crate::read::transcript`]).
+pub struct JsonBody {
+    written: Vec<u8>,
+    /// What comes before `written`, when a long transcript is in the body.
+    parts: Vec<Part>,
+}
+
+enum Part {
+    Written(Vec<u8>),
+    /// A long transcript's first `length` bytes, escaped as a JSON string's contents.
+    Long {
+        key: String,
+        length: u64,
+    },
+}
 
 impl JsonBody {
     pub fn with_capacity(bytes: usize) -> Self {
-        Self(Vec::with_capacity(bytes))
+        Self { written: Vec::with_capacity(bytes), parts: Vec::new() }
     }
 
     /// `{"items":[` — a page's opening.
     pub fn open_page(&mut self) {
-        self.0.extend_from_slice(b"{\"items\":[");
+        self.written.extend_from_slice(b"{\"items\":[");
     }
 
     /// A separator before every item but the first.
     pub fn item(&mut self, index: usize) {
         if index > 0 {
-            self.0.push(b',');
+            self.written.push(b',');
         }
     }
 
     /// A stored document, served as it is.
     pub fn stored(&mut self, json: &str) {
-        self.0.extend_from_slice(json.as_bytes());
+        self.written.extend_from_slice(json.as_bytes());
     }
 
     /// One served interview: the stored fields with the link and the transcript.
-    pub fn interview(&mut self, doc: &InterviewFields<'_>, link: Option<&str>, transcript: Option<&str>) {
-        let out = &mut self.0;
+    pub fn interview(&mut self, doc: &InterviewFields<'_>, link: Option<&str>, transcript: &Transcript) {
+        let out = &mut self.written;
         out.extend_from_slice(b"{\"id\":");
         out.extend_from_slice(doc.id.get().as_bytes());
         out.extend_from_slice(b",\"participant\":");
@@ -84,7 +102,18 @@ impl JsonBody {
         out.extend_from_slice(b",\"videoDownloadURL\":");
         string_or_null(out, link);
         out.extend_from_slice(b",\"transcriptAsWebVTT\":");
-        string_or_null(out, transcript);
+        match transcript {
+            Transcript::None => out.extend_from_slice(b"null"),
+            Transcript::Whole(text) => string_or_null(out, Some(text)),
+            Transcript::Long { key, length } => {
+                out.push(b'"');
+                let before = std::mem::take(out);
+                self.parts.push(Part::Written(before));
+                self.parts.push(Part::Long { key: key.clone(), length: *length });
+                self.written.push(b'"');
+            }
+        }
+        let out = &mut self.written;
         out.extend_from_slice(b",\"createdAt\":");
         out.extend_from_slice(doc.created_at.get().as_bytes());
         out.extend_from_slice(b",\"updatedAt\":");
@@ -94,14 +123,67 @@ impl JsonBody {
 
     /// `],"pagination":{...}}` — a page's closing.
     pub fn close_page(&mut self, pagination: &PageInfo) {
-        self.0.extend_from_slice(b"],\"pagination\":");
-        serde_json::to_writer(&mut self.0, pagination).expect("writing to memory");
-        self.0.push(b'}');
+        self.written.extend_from_slice(b"],\"pagination\":");
+        serde_json::to_writer(&mut self.written, pagination).expect("writing to memory");
+        self.written.push(b'}');
     }
 
+    /// The body written in memory; none of it is left to read (see [`JsonBody::into_body`]).
+    #[cfg(test)]
     pub fn into_bytes(self) -> Vec<u8> {
-        self.0
+        assert!(self.parts.is_empty(), "a body with a long transcript is sent with into_body");
+        self.written
     }
+
+    /// The body, sent whole when it is all in memory, else in parts, each long transcript read from
+    /// `model` a chunk at a time as the client takes it.
+    pub fn into_body(self, model: &ReadModel) -> Body {
+        if self.parts.is_empty() {
+            return Body::from(self.written);
+        }
+        let mut parts = self.parts;
+        parts.push(Part::Written(self.written));
+        let model = model.clone();
+        let stream = futures::stream::iter(parts).flat_map(move |part| match part {
+            Part::Written(bytes) => futures::stream::once(std::future::ready(Ok(Bytes::from(bytes)))).boxed(),
+            Part::Long { key, length } => transcript::chunks(model.clone(), key, length)
+                .map_ok(|raw| {
+                    let mut escaped = Vec::with_capacity(raw.len() + raw.len() / 8);
+                    escape(&mut escaped, &raw);
+                    Bytes::from(escaped)
+                })
+                .boxed(),
+        });
+        Body::from_stream(stream)
+    }
+}
+
+/// Writes `raw`, a part of a UTF-8 string, escaped as serde_json escapes a string's contents. Bytes of a
+/// character cut between two parts are not escaped, so the parts escape alike whole or cut.
+fn escape(out: &mut Vec<u8>, raw: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut start = 0;
+    for (i, byte) in raw.iter().enumerate() {
+        let short = match byte {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            0x00..=0x1f => b'u',
+            _ => continue,
+        };
+        out.extend_from_slice(&raw[start..i]);
+        out.push(b'\\');
+        out.push(short);
+        if short == b'u' {
+            out.extend_from_slice(&[b'0', b'0', HEX[(byte >> 4) as usize], HEX[(byte & 0xf) as usize]]);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&raw[start..]);
 }
 
 fn string_or_null(out: &mut Vec<u8>, value: Option<&str>) {
@@ -167,13 +249,28 @@ mod tests {
             let video = parsed.video.as_ref().map(|v| (v.bucket.as_deref().map(String::from), v.key.to_string()));
             assert_eq!(video, doc.video.clone().map(|v| (v.bucket, v.key)), "the video's fields are read unescaped");
             body.item(i);
-            body.interview(&parsed, link, transcript);
+            let read = transcript.map_or(Transcript::None, |t| Transcript::Whole(t.into()));
+            body.interview(&parsed, link, &read);
             expected.push(served(doc, link, transcript));
         }
         let pagination = PageInfo { total: 3, page: 1, page_size: 20 };
         body.close_page(&pagination);
         let model = serde_json::to_vec(&InterviewPage { items: expected, pagination }).unwrap();
         assert_eq!(String::from_utf8(body.into_bytes()).unwrap(), String::from_utf8(model).unwrap());
+    }
+
+    #[test]
+    fn a_long_transcript_is_escaped_as_serde_json_escapes_it_wherever_it_is_cut() {
+        let mut text: String = (0u8..0x80).map(char::from).collect();
+        text.push_str("é\u{2028}ǅ😀\"\\</script>");
+        let expected = serde_json::to_string(&text).unwrap();
+        for cut in 0..=text.len() {
+            let mut out = b"\"".to_vec();
+            escape(&mut out, &text.as_bytes()[..cut]);
+            escape(&mut out, &text.as_bytes()[cut..]);
+            out.push(b'"');
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "cut at byte {cut}");
+        }
     }
 
     #[test]

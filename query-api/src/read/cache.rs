@@ -71,7 +71,7 @@ impl Stored {
             2 * size_of::<usize>() + size_of::<T>()
         }
         fn interview((doc, transcript): &InterviewRead) -> usize {
-            doc.capacity() + transcript.as_ref().map_or(0, String::capacity)
+            doc.capacity() + transcript.heap_bytes()
         }
         fn page<T>(page: &Page<T>, each: impl Fn(&T) -> usize) -> usize {
             page.items.capacity() * size_of::<T>() + page.items.iter().map(each).sum::<usize>()

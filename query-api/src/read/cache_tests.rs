@@ -1,6 +1,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+use super::super::transcript::Transcript;
 use super::super::trust::TRUSTED_FOR;
 use super::*;
 
@@ -144,15 +145,12 @@ fn the_bytes_counted_are_the_bytes_the_cache_holds_keys_included() {
         let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
         cache.insert(1, &format!("org{i}"), KEY, page(&docs), Some("epoch-token".into()), t0);
     }
-    let interview = ("{}".repeat(500), Some("WEBVTT".repeat(10_000)));
-    cache.insert(
-        1,
-        "org",
-        ReadKey::Interview("i".into()),
-        Stored::Interview(Arc::new(Some(interview))),
-        Some("e".into()),
-        t0,
-    );
+    let interview = ("{}".repeat(500), Transcript::Whole("WEBVTT".repeat(10_000)));
+    let long = ("{}".repeat(500), Transcript::Long { key: "t:".repeat(40), length: 1 << 30 });
+    for (id, read) in [("i", interview), ("long", long)] {
+        let (key, stored) = (ReadKey::Interview(id.into()), Stored::Interview(Arc::new(Some(read))));
+        cache.insert(1, "org", key, stored, Some("e".into()), t0);
+    }
     let measured = (held() - before) as f64;
     let counted = cache.bytes() as f64;
     // The cache's table was allocated when it was made: what it holds since is the entries.

@@ -8,6 +8,7 @@ pub mod cache;
 pub mod freshness;
 pub mod generation;
 pub mod model;
+pub mod transcript;
 pub mod trust;
 
 use std::future::Future;
@@ -18,7 +19,8 @@ use shared::Keyspace;
 
 use crate::metrics::Metrics;
 use cache::{ReadCache, ReadKey, Stored};
-use model::{InterviewRead, OrgEpoch, Page, PageError, ReadModel};
+use model::{InterviewRead, OrgEpoch, Page, ReadModel};
+use redis::RedisResult;
 
 /// The longest id a read asks Redis for: a longer one is no id the projector wrote, so it is answered as
 /// not found without a read, and never kept.
@@ -31,28 +33,24 @@ pub struct Span {
     pub stop: u64,
 }
 
-/// Why a read failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ReadError {
-    #[error(transparent)]
-    Redis(#[from] redis::RedisError),
-    /// The page's documents and transcripts take more than a page may (`MAX_PAGE_MB`).
-    #[error("the page takes {bytes} bytes, more than the {budget} a page may")]
-    PageTooLarge { bytes: u64, budget: u64 },
-}
-
 /// The data reads of the routes.
 pub struct Reads {
     model: ReadModel,
     cache: Option<ReadCache>,
-    /// The most bytes a page of interviews may take (documents and transcripts).
-    page_budget: u64,
+    /// The most bytes a read of interviews holds (documents and whole transcripts); longer transcripts
+    /// are sent a chunk at a time ([`transcript`]).
+    budget: u64,
     metrics: Arc<Metrics>,
 }
 
 impl Reads {
-    pub fn new(model: ReadModel, cache: Option<ReadCache>, page_budget: u64, metrics: Arc<Metrics>) -> Self {
-        Self { model, cache, page_budget, metrics }
+    pub fn new(model: ReadModel, cache: Option<ReadCache>, budget: u64, metrics: Arc<Metrics>) -> Self {
+        Self { model, cache, budget, metrics }
+    }
+
+    /// The read model, for what is read while a response is sent (long transcripts).
+    pub fn model(&self) -> &ReadModel {
+        &self.model
     }
 
     /// The reads kept in memory, when that is on.
@@ -61,19 +59,19 @@ impl Reads {
     }
 
     /// A page of the organization's completed studies.
-    pub async fn studies(&self, keys: &Keyspace, org: &str, span: Span) -> Result<Arc<Page<String>>, ReadError> {
+    pub async fn studies(&self, keys: &Keyspace, org: &str, span: Span) -> RedisResult<Arc<Page<String>>> {
         let key = ReadKey::Studies { start: span.start, stop: span.stop };
-        let read = || async { Ok(self.model.studies(keys, org, span).await?) };
+        let read = || self.model.studies(keys, org, span);
         let unwrap = |kept| if let Stored::Studies(kept) = kept { Some(kept) } else { None };
         self.through(keys, org, key, Stored::Studies, unwrap, read).await
     }
 
     /// One completed study's document, if there is one.
-    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> Result<Arc<Option<String>>, ReadError> {
+    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Arc<Option<String>>> {
         if id.len() > MAX_ID_BYTES {
             return Ok(Arc::new(None));
         }
-        let read = || async { Ok(self.model.study(keys, org, id).await?) };
+        let read = || self.model.study(keys, org, id);
         let unwrap = |kept| if let Stored::Study(kept) = kept { Some(kept) } else { None };
         self.through(keys, org, ReadKey::Study(id.into()), Stored::Study, unwrap, read).await
     }
@@ -85,17 +83,13 @@ impl Reads {
         org: &str,
         study_id: &str,
         span: Span,
-    ) -> Result<Arc<Option<Page<InterviewRead>>>, ReadError> {
+    ) -> RedisResult<Arc<Option<Page<InterviewRead>>>> {
         if study_id.len() > MAX_ID_BYTES {
             return Ok(Arc::new(None));
         }
         let key = ReadKey::Interviews { study: study_id.into(), start: span.start, stop: span.stop };
-        let budget = self.page_budget;
         let read = || async {
-            let found = self.model.interviews(keys, org, study_id, span, budget).await.map_err(|e| match e {
-                PageError::Redis(e) => ReadError::Redis(e),
-                PageError::TooLarge { bytes } => ReadError::PageTooLarge { bytes, budget },
-            })?;
+            let found = self.model.interviews(keys, org, study_id, span, self.budget).await?;
             // A study that is not completed comes without an epoch, so that answer is not kept.
             Ok(found.map_or((None, None), |(page, epoch)| (Some(page), epoch)))
         };
@@ -104,16 +98,11 @@ impl Reads {
     }
 
     /// One interview's document and transcript, if it is served.
-    pub async fn interview(
-        &self,
-        keys: &Keyspace,
-        org: &str,
-        id: &str,
-    ) -> Result<Arc<Option<InterviewRead>>, ReadError> {
+    pub async fn interview(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Arc<Option<InterviewRead>>> {
         if id.len() > MAX_ID_BYTES {
             return Ok(Arc::new(None));
         }
-        let read = || async { Ok(self.model.interview(keys, org, id).await?) };
+        let read = || self.model.interview(keys, org, id, self.budget);
         let unwrap = |kept| if let Stored::Interview(kept) = kept { Some(kept) } else { None };
         self.through(keys, org, ReadKey::Interview(id.into()), Stored::Interview, unwrap, read).await
     }
@@ -128,10 +117,10 @@ impl Reads {
         wrap: fn(Arc<T>) -> Stored,
         unwrap: fn(Stored) -> Option<Arc<T>>,
         read: F,
-    ) -> Result<Arc<T>, ReadError>
+    ) -> RedisResult<Arc<T>>
     where
         F: FnOnce() -> Fut,
-        Fut: Future<Output = Result<(T, OrgEpoch), ReadError>>,
+        Fut: Future<Output = RedisResult<(T, OrgEpoch)>>,
     {
         let generation = keys.generation();
         if let Some(cache) = &self.cache {

@@ -8,11 +8,12 @@ use std::future::Future;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use redis::{RedisError, RedisResult, Script, ScriptInvocation};
+use redis::{RedisError, RedisResult, Script, ScriptInvocation, Value};
 use shared::connection::{Connection, Settings, Target};
 use shared::Keyspace;
 use tokio::sync::OnceCell;
 
+use super::transcript::Transcript;
 use super::Span;
 
 /// A page of stored documents and the total they were taken from.
@@ -23,20 +24,14 @@ pub struct Page<T> {
 }
 
 /// An interview as read: its stored document and its transcript.
-pub type InterviewRead = (String, Option<String>);
+pub type InterviewRead = (String, Transcript);
+
+/// A page of interviews as Redis answers it: total, documents, transcripts (see [`Transcript::from_reply`])
+/// and the organization's epoch; `None` when the study is not completed.
+type PageReply = Option<(u64, Vec<Option<String>>, Vec<Value>, OrgEpoch)>;
 
 /// An organization's epoch, with which each read of it is tagged: `None` when it has none.
 pub type OrgEpoch = Option<String>;
-
-/// Why a page of interviews was not read.
-#[derive(Debug, thiserror::Error)]
-pub enum PageError {
-    #[error(transparent)]
-    Redis(#[from] RedisError),
-    /// Its documents and transcripts take `bytes`, more than the budget of a page: nothing was read.
-    #[error("the page takes {bytes} bytes, more than a page may")]
-    TooLarge { bytes: u64 },
-}
 
 /// A page of completed studies and their total (public so that benchmarks run the same script).
 pub const STUDIES_PAGE: &str = r"
@@ -55,46 +50,69 @@ pub const ONE_STUDY: &str = r"
 return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('GET', KEYS[2])}
 ";
 
-/// A page of a completed study's interviews with their transcripts, and their total. The transcripts'
-/// keys are known only once the page's ids are: they are the prefix ARGV[4] and the id, in the slot of
-/// the declared keys (the organization's), so the script may read them on a Redis Cluster too. While that
-/// slot moves between primaries, they are read in one MGET with a declared key that this node holds, so
-/// that Redis refuses the read when one of them is elsewhere (or absent, which it cannot tell apart), and
-/// the script answers MOVING instead of a page with a transcript missing: the page is then read one key
-/// at a time, each read following the slot wherever its key is (see [`ReadModel::interviews`]).
+/// A page of a study's interviews with their transcripts, and their total. The transcripts' keys are
+/// known only once the page's ids are: they are the prefix ARGV[4] and the id, in the slot of the
+/// declared keys (the organization's), so the script may read them on a Redis Cluster too. While that
+/// slot moves between primaries, a key this node no longer holds (or never held, which it cannot tell
+/// apart) makes Redis refuse the read, and the script answers MOVING instead of a page with a transcript
+/// missing: the page is then read one key at a time, each read following the slot wherever its key is
+/// (see [`ReadModel::interviews`]).
 ///
-/// The page's size (documents and transcripts) is summed before anything is read: above the budget ARGV[5]
-/// the script answers TOOLARGE and the size, so that no reply, and no response, is larger than the budget.
+/// The documents count first against the budget ARGV[5], then each transcript in the page's order: one
+/// that fits is read whole; one that does not is answered as `{key, length}` and sent in chunks
+/// ([`super::transcript`]), so that no reply is larger than the budget.
 pub const INTERVIEWS_PAGE: &str = r"
 -- KEYS[1] completed studies, KEYS[2] the study's visible interviews, KEYS[3] interview documents, KEYS[4]
 -- the organization's epoch; ARGV[1] study id, ARGV[2] start, ARGV[3] stop, ARGV[4] the prefix of the
--- organization's transcript keys, ARGV[5] the most bytes a page may take. Nil when the study is not completed.
+-- organization's transcript keys, ARGV[5] the most bytes a reply may take. Nil when the study is not completed.
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return false end
 local epoch = redis.call('GET', KEYS[4])
 local total = redis.call('ZCARD', KEYS[2])
 local ids = redis.call('ZREVRANGE', KEYS[2], ARGV[2], ARGV[3])
 if #ids == 0 then return {total, {}, {}, epoch} end
-local keys = {KEYS[3]}
-local size = 0
+local keys, lengths, size = {}, {}, 0
 for i, id in ipairs(ids) do
-  keys[i + 1] = ARGV[4] .. id
-  local length = redis.pcall('STRLEN', keys[i + 1])
+  keys[i] = ARGV[4] .. id
+  local length = redis.pcall('STRLEN', keys[i])
   if type(length) == 'table' then return redis.error_reply('MOVING the page is moving between cluster nodes') end
-  size = size + length + redis.call('HSTRLEN', KEYS[3], id)
+  lengths[i] = length
+  size = size + redis.call('HSTRLEN', KEYS[3], id)
 end
-if size > tonumber(ARGV[5]) then return redis.error_reply('TOOLARGE ' .. size) end
-local transcripts = redis.pcall('MGET', unpack(keys))
-if transcripts.err then return redis.error_reply('MOVING the page is moving between cluster nodes') end
+local budget = tonumber(ARGV[5])
+local whole = {KEYS[3]}
+for i = 1, #ids do
+  if lengths[i] > 0 and size + lengths[i] <= budget then
+    size = size + lengths[i]
+    whole[#whole + 1] = keys[i]
+  end
+end
+local read = redis.pcall('MGET', unpack(whole))
+if read.err then return redis.error_reply('MOVING the page is moving between cluster nodes') end
 -- MGET answers nil for KEYS[3], a hash.
-table.remove(transcripts, 1)
+local transcripts, at = {}, 2
+for i = 1, #ids do
+  if lengths[i] == 0 then
+    transcripts[i] = false
+  elseif whole[at] == keys[i] then
+    transcripts[i] = read[at]
+    at = at + 1
+  else
+    transcripts[i] = {keys[i], lengths[i]}
+  end
+end
 return {total, redis.call('HMGET', KEYS[3], unpack(ids)), transcripts, epoch}
 ";
 
-/// One interview's document and transcript.
+/// One interview's document and transcript: whole if it fits the budget ARGV[2], else `{key, length}`.
 pub const ONE_INTERVIEW: &str = r"
 -- KEYS[1] interview documents, KEYS[2] the interview's transcript, KEYS[3] the organization's epoch;
--- ARGV[1] interview id
-return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('GET', KEYS[2]), redis.call('GET', KEYS[3])}
+-- ARGV[1] interview id, ARGV[2] the most bytes a reply may take
+local doc = redis.call('HGET', KEYS[1], ARGV[1])
+local epoch = redis.call('GET', KEYS[3])
+local length = redis.call('STRLEN', KEYS[2])
+if not doc or length == 0 then return {doc, false, epoch} end
+if string.len(doc) + length > tonumber(ARGV[2]) then return {doc, {KEYS[2], length}, epoch} end
+return {doc, redis.call('GET', KEYS[2]), epoch}
 ";
 
 /// The organization of an API key and the key index's epoch, read together (one slot, `{apikeys}`), so
@@ -231,8 +249,8 @@ impl ReadModel {
         self.invoke(&invocation).await
     }
 
-    /// A page of a study's interviews, if its documents and transcripts take at most `budget` bytes;
-    /// `None` when the study is not a completed study of the organization.
+    /// A page of a study's interviews, its transcripts whole while they fit in `budget` bytes (see
+    /// [`INTERVIEWS_PAGE`]); `None` when the study is not a completed study of the organization.
     pub async fn interviews(
         &self,
         keys: &Keyspace,
@@ -240,8 +258,7 @@ impl ReadModel {
         study_id: &str,
         page: Span,
         budget: u64,
-    ) -> Result<Option<(Page<InterviewRead>, OrgEpoch)>, PageError> {
-        type Reply = Option<(u64, Vec<Option<String>>, Vec<Option<String>>, OrgEpoch)>;
+    ) -> RedisResult<Option<(Page<InterviewRead>, OrgEpoch)>> {
         let mut invocation = INTERVIEWS_PAGE_SCRIPT.key(keys.studies(org));
         invocation
             .key(keys.interviews(org, study_id))
@@ -258,10 +275,7 @@ impl ReadModel {
             let mut conn = self.conn().await?.clone();
             invocation.invoke_async(&mut conn).await
         };
-        let reply: Reply = match once {
-            Err(e) if e.code() == Some("TOOLARGE") || e.to_string().contains("TOOLARGE") => {
-                return Err(PageError::TooLarge { bytes: too_large(&e) });
-            }
+        let reply: PageReply = match once {
             // The client's own retries of a redirection can outlast the call's timeout, too. Only on a
             // cluster: a single Redis that timed out is slow, and more commands would not help it.
             Err(e)
@@ -276,10 +290,14 @@ impl ReadModel {
             }
             other => other?,
         };
-        Ok(reply.map(|(total, docs, transcripts, epoch)| {
-            let items = docs.into_iter().zip(transcripts).filter_map(|(doc, t)| Some((doc?, t))).collect();
-            (Page { total, items }, epoch)
-        }))
+        let Some((total, docs, transcripts, epoch)) = reply else { return Ok(None) };
+        let mut items = Vec::with_capacity(docs.len());
+        for (doc, transcript) in docs.into_iter().zip(transcripts) {
+            if let Some(doc) = doc {
+                items.push((doc, Transcript::from_reply(transcript)?));
+            }
+        }
+        Ok(Some((Page { total, items }, epoch)))
     }
 
     /// The interviews page as separate reads of one key each, while the organization's slot moves: each
@@ -292,7 +310,7 @@ impl ReadModel {
         study_id: &str,
         page: Span,
         budget: u64,
-    ) -> Result<Option<(u64, Vec<Option<String>>, Vec<Option<String>>, OrgEpoch)>, PageError> {
+    ) -> RedisResult<PageReply> {
         let mut completed = redis::cmd("ZSCORE");
         completed.arg(keys.studies(org)).arg(study_id);
         if self.query::<Option<f64>>(&completed).await?.is_none() {
@@ -304,34 +322,31 @@ impl ReadModel {
         if ids.is_empty() {
             return Ok(Some((total, Vec::new(), Vec::new(), None)));
         }
-        // The page's size first, as the script does, a few keys at a time: a storm of redirections is what
-        // wedges the client's connection.
-        let mut bytes = 0;
-        for chunk in ids.chunks(8) {
-            let lengths =
-                chunk.iter().map(|id| {
-                    let (mut doc, mut transcript) = (redis::cmd("HSTRLEN"), redis::cmd("STRLEN"));
-                    doc.arg(keys.interview_documents(org)).arg(id);
-                    transcript.arg(keys.transcript(org, id));
-                    async move {
-                        Ok::<u64, RedisError>(self.query::<u64>(&doc).await? + self.query::<u64>(&transcript).await?)
-                    }
-                });
-            bytes += futures::future::try_join_all(lengths).await?.iter().sum::<u64>();
-        }
-        if bytes > budget {
-            return Err(PageError::TooLarge { bytes });
-        }
+        // As the script does, a few keys at a time (a storm of redirections is what wedges the client's
+        // connection): the documents' sizes first, then each transcript, whole while it fits the budget.
         let docs: Vec<Option<String>> =
             self.query(redis::cmd("HMGET").arg(keys.interview_documents(org)).arg(&ids)).await?;
-        let mut transcripts = Vec::with_capacity(ids.len());
+        let mut size = docs.iter().flatten().map(|doc| doc.len() as u64).sum::<u64>();
+        let mut lengths = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(8) {
-            let gets = chunk.iter().map(|id| {
-                let mut get = redis::cmd("GET");
-                get.arg(keys.transcript(org, id));
-                async move { self.query::<Option<String>>(&get).await }
+            let strlens = chunk.iter().map(|id| {
+                let mut strlen = redis::cmd("STRLEN");
+                strlen.arg(keys.transcript(org, id));
+                async move { self.query::<u64>(&strlen).await }
             });
-            transcripts.extend(futures::future::try_join_all(gets).await?);
+            lengths.extend(futures::future::try_join_all(strlens).await?);
+        }
+        let mut transcripts = Vec::with_capacity(ids.len());
+        for (id, length) in ids.iter().zip(lengths) {
+            let key = keys.transcript(org, id);
+            transcripts.push(if length == 0 {
+                Value::Nil
+            } else if size + length <= budget {
+                size += length;
+                self.query(redis::cmd("GET").arg(&key)).await?
+            } else {
+                Value::Array(vec![Value::BulkString(key.into_bytes()), Value::Int(length as i64)])
+            });
         }
         Ok(Some((total, docs, transcripts, None)))
     }
@@ -341,11 +356,21 @@ impl ReadModel {
         keys: &Keyspace,
         org: &str,
         id: &str,
+        budget: u64,
     ) -> RedisResult<(Option<InterviewRead>, OrgEpoch)> {
         let mut invocation = ONE_INTERVIEW_SCRIPT.key(keys.interview_documents(org));
-        invocation.key(keys.transcript(org, id)).key(keys.org_epoch(org)).arg(id);
-        let (doc, transcript, epoch): (Option<String>, Option<String>, OrgEpoch) = self.invoke(&invocation).await?;
-        Ok((doc.map(|doc| (doc, transcript)), epoch))
+        invocation.key(keys.transcript(org, id)).key(keys.org_epoch(org)).arg(id).arg(budget);
+        let (doc, transcript, epoch): (Option<String>, Value, OrgEpoch) = self.invoke(&invocation).await?;
+        let found = match doc {
+            Some(doc) => Some((doc, Transcript::from_reply(transcript)?)),
+            None => None,
+        };
+        Ok((found, epoch))
+    }
+
+    /// Bytes `start..=end` of a string (a long transcript, sent a chunk at a time).
+    pub async fn range(&self, key: &str, start: u64, end: u64) -> RedisResult<Vec<u8>> {
+        self.query(redis::cmd("GETRANGE").arg(key).arg(start).arg(end)).await
     }
 
     /// The epochs of these organizations, in their order (one command each: they may be in many slots).
@@ -385,10 +410,4 @@ impl ReadModel {
         cmd.arg(Keyspace::active_generation(prefix));
         self.query(&cmd).await
     }
-}
-
-/// The size in a TOOLARGE reply.
-fn too_large(e: &RedisError) -> u64 {
-    let text = e.detail().map(str::to_string).unwrap_or_else(|| e.to_string());
-    text.split(|c: char| !c.is_ascii_digit()).find(|part| !part.is_empty()).and_then(|n| n.parse().ok()).unwrap_or(0)
 }
