@@ -222,6 +222,24 @@ impl ApiProcess {
         self.client.get(format!("{}{path}", self.address)).bearer_auth(key).send().await.expect("request sent")
     }
 
+    /// SIGTERM: the API stops accepting and drains the requests in flight.
+    pub fn sigterm(&self) {
+        let status = std::process::Command::new("kill").arg("-TERM").arg(self.process.id().to_string()).status();
+        assert!(status.expect("kill runs").success(), "SIGTERM sent");
+    }
+
+    /// Waits for the process to exit, for at most `within`; its exit status, if it did.
+    pub async fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        while std::time::Instant::now() < deadline {
+            if let Some(status) = self.process.0.try_wait().expect("the process's status") {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
+    }
+
     /// A figure of the process's memory from `/proc/<pid>/status`, in bytes: `VmRSS` (resident now) or
     /// `VmHWM` (the most it was resident).
     pub fn memory(&self, field: &str) -> u64 {

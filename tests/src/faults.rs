@@ -178,9 +178,11 @@ impl Prober {
     pub async fn wait_answered(&self, since: Instant, within: Duration) {
         eventually(within, "the prober to hear the API answer again", || async {
             let probes = self.probes.lock().unwrap();
-            let unanswered = probes.iter().filter(|p| p.at < since).map(|p| &p.org).any(|org| {
-                !probes.iter().any(|p| p.at >= since && p.status == 200 && &p.org == org)
-            });
+            let unanswered = probes
+                .iter()
+                .filter(|p| p.at < since)
+                .map(|p| &p.org)
+                .any(|org| !probes.iter().any(|p| p.at >= since && p.status == 200 && &p.org == org));
             (!unanswered && probes.iter().any(|p| p.at >= since)).then_some(())
         })
         .await;

@@ -1,5 +1,6 @@
 //! The HTTP edge against hostile and careless input: credentials that are almost Bearer, method tokens
-//! made up to grow the metrics, buckets that are hosts, and an API that starts before its Redis.
+//! made up to grow the metrics, buckets that are hosts, an API that starts before its Redis, and a client
+//! that stops reading while the API stops.
 
 use end_to_end::api::{config, spawn_app, World};
 use end_to_end::events::sha256_hex;
@@ -203,4 +204,44 @@ async fn with_a_per_key_rate_limit_a_key_past_its_burst_gets_429_with_retry_afte
     for _ in 0..10 {
         assert_eq!(world.app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_stops_reading_a_long_answer_holds_a_stopping_api_no_longer_than_its_drain() {
+    use end_to_end::api::ApiProcess;
+    use end_to_end::fixture::completed;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let mut messages = fixture::dataset();
+    messages.extend(completed(interview(ACME, "i_long", "s1", "2026-03-01T00:00:00Z")).messages);
+    let world = World::start(&messages).await;
+    let keys = Keyspace::new(world.prefix.clone(), 1);
+    let mut conn = end_to_end::redis().await;
+    // 40 MB: far more than the socket buffers hold, so a client that stops reading keeps the answer open.
+    let _: () =
+        conn.set(keys.transcript(ACME, "i_long"), format!("WEBVTT\n\n{}", "x".repeat(40_000_000))).await.unwrap();
+    let drain = Duration::from_millis(1500);
+    let mut api = ApiProcess::spawn(&world.prefix, &["--max-page-mb", "1", "--shutdown-drain-ms", "1500"]).await;
+
+    let address = api.address.trim_start_matches("http://").to_string();
+    let mut stuck = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request =
+        format!("GET /v1/interviews/i_long HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {ACME_KEY}\r\n\r\n");
+    stuck.write_all(request.as_bytes()).await.unwrap();
+    let mut head = vec![0; 4096];
+    let read = stuck.read(&mut head).await.unwrap();
+    assert!(head[..read].starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head[..read]));
+    // The client reads no more of it; other clients are answered meanwhile.
+    assert_eq!(api.get("/v1/studies", ACME_KEY).await.status(), 200);
+
+    let stopping = std::time::Instant::now();
+    api.sigterm();
+    let exit = api.wait_exit(drain + Duration::from_secs(10)).await;
+    let took = stopping.elapsed();
+    eprintln!("the API exited {took:?} after SIGTERM, with {exit:?}");
+    let exit = exit.expect("the API exits once its drain is over, though a client still holds an answer");
+    assert!(exit.success(), "a drained shutdown exits 0: {exit}");
+    assert!(took >= drain - Duration::from_millis(100), "the API waited for the answer in flight: {took:?}");
+    let refused = tokio::net::TcpStream::connect(&address).await;
+    assert!(refused.is_err(), "a stopped API accepts no connection");
 }
