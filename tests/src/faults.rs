@@ -23,6 +23,7 @@ pub struct Healing {
     pub app: TestApp,
     pub conn: Connection,
     prefix: String,
+    config: projector::Config,
 }
 
 impl Healing {
@@ -33,18 +34,24 @@ impl Healing {
         config.redis_url = redis_url.to_string();
         config.redis_cluster = cluster;
         config.redis_timeout_ms = 1000;
-        let projector = eventually(Duration::from_secs(20), "the projector to connect", || {
-            let config = config.clone();
-            async move { Some(runner::spawn(config).await) }
-        })
-        .await;
+        let projector = spawn(&config).await;
         let mut api = api::config(&prefix, redis_url);
         api.redis_cluster = cluster;
         let app = api::spawn_app(api).await;
         let target = Target::new(redis_url, cluster);
         let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
         let conn = Connection::connect(&target, settings).await.expect("own redis reachable");
-        Self { projector, app, conn, prefix }
+        Self { projector, app, conn, prefix, config }
+    }
+
+    /// Stops the projector (it commits and leaves), runs `fault` while none runs, and starts it again
+    /// with the same group and prefix; returns when it started (its start's check done).
+    pub async fn with_projector_down(self, fault: impl FnOnce()) -> (Self, Instant) {
+        let Self { projector, app, conn, prefix, config } = self;
+        projector.stop().await;
+        fault();
+        let projector = spawn(&config).await;
+        (Self { projector, app, conn, prefix, config }, Instant::now())
     }
 
     pub fn prefix(&self) -> &str {
@@ -101,6 +108,14 @@ impl Healing {
         println!("converged {took:?} after the detection");
         took
     }
+}
+
+async fn spawn(config: &projector::Config) -> Running {
+    eventually(Duration::from_secs(20), "the projector to connect", || {
+        let config = config.clone();
+        async move { Some(runner::spawn(config).await) }
+    })
+    .await
 }
 
 /// One answer of the API to the prober.

@@ -63,6 +63,33 @@ async fn a_redis_restarted_from_an_older_snapshot_gets_the_events_it_lost_again(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_rolled_back_while_no_projector_runs_is_marked_incomplete_at_the_next_start() {
+    let mut redis = OwnRedis::with(Persistence::Snapshots);
+    let scenario = Scenario::generate(0x5eed_1106, 6, 12, 5);
+    let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 3);
+    let topics = Topics::holding(first).await;
+    let world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(first.len() as u64, Duration::from_secs(60)).await;
+    assert_eq!(redis.cli(&["SAVE"]), "OK");
+    kafka::publish(&kafka::producer(), &topics, rest).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let expected = reference(&topics, &scenario).await;
+    let prober = Prober::start(&world.app, &scenario);
+
+    // The projector stops (committing everything it applied); Redis comes back from the older snapshot
+    // while none runs, which no look of a running projector can see.
+    let (mut world, started) = world
+        .with_projector_down(|| {
+            redis.kill();
+            redis.restart();
+        })
+        .await;
+    assert!(world.losses() >= 1.0, "the start found the positions behind the group's commits");
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_no_wrong_answer_after(&prober.finish().await, started + GRACE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_during_a_heavy_replay_with_appendfsync_everysec_ends_complete() {
     let mut redis = OwnRedis::with(Persistence::AofEverySecond);
     let scenario = Scenario::generate(0x5eed_1103, 8, 20, 6);

@@ -175,3 +175,30 @@ pub async fn mark_everything(
     position::end_incomplete(conn, keys).await?;
     Ok(())
 }
+
+/// A start is a check: a partition whose committed offset is ahead of the position the read model holds
+/// lost what was applied between the two while no projector looked (a restore, a restart without
+/// persistence, a flush). Returns the loss, named alike by every projector that finds it.
+pub async fn behind_commits(
+    projector: &mut Projector,
+    conn: &mut Connection,
+    keys: &Keyspace,
+) -> Result<Option<String>, Error> {
+    let committed: HashMap<Partition, i64> =
+        projector.source.committed()?.into_iter().filter(|(_, offset)| *offset > 0).collect();
+    let partitions: Vec<Partition> = committed.keys().cloned().collect();
+    let held = position::read(conn, keys, &partitions).await?;
+    let mut behind: Vec<String> = held
+        .iter()
+        .filter(|(p, at)| at.is_none_or(|at| at < committed[*p]))
+        .map(|(p, at)| format!("{p} at {} below {}", at.map_or("nothing".into(), |o| o.to_string()), committed[p]))
+        .collect();
+    behind.sort();
+    Ok(behind.first().map(|first| {
+        format!(
+            "positions behind the group's commits at start on {} partitions ({first}) of generation {}",
+            behind.len(),
+            keys.generation()
+        )
+    }))
+}

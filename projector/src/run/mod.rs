@@ -63,6 +63,15 @@ impl Projector {
             heal::mark_everything(&mut projector, &mut conn, &keys, "a new read model").await?;
             let generation = store::active_generation(&mut conn, &projector.config.key_prefix).await?;
             projector.store.set_generation(generation);
+        } else if projector.config.generation.is_none() {
+            // Redis may have lost data while no projector looked: marked before anything more is served.
+            let keys = projector.store.keys().clone();
+            if let Some(loss) = heal::behind_commits(&mut projector, &mut conn, &keys).await? {
+                tracing::error!(%loss, "the read model's Redis lost data while no projector ran; projecting again");
+                heal::mark_lost(&projector, &mut conn, &keys, &loss).await?;
+                heal::mark_everything(&mut projector, &mut conn, &keys, &loss).await?;
+                projector.metrics.redis.losses.inc();
+            }
         }
         let generation = projector.generation();
         tracing::info!(generation, prefix = %projector.config.key_prefix, group = %projector.config.group_id, "projecting");
