@@ -338,9 +338,27 @@ async fn rebuild(
     rebuilding.store(false, Ordering::Relaxed);
     projector.metrics.rebuild_remaining.set(0);
     projector.source.commit_applied();
-    let _: () = conn.del(&rebuild_key).await?;
-    let digest = Digest::of(conn, &Keyspace::new(prefix.clone(), generation)).await?;
-    notify(Notice::Switched { generation, old, digest });
+    // The switch is done: tidying up and reporting it may wait for a Redis that stalls, never fail it.
+    let (mut backoff, give_up) = (Backoff::new(), Instant::now() + Duration::from_secs(60));
+    loop {
+        let tidied = async {
+            let _: () = conn.del(&rebuild_key).await?;
+            Digest::of(conn, &Keyspace::new(prefix.clone(), generation)).await
+        };
+        match tidied.await {
+            Ok(digest) => {
+                notify(Notice::Switched { generation, old, digest });
+                break;
+            }
+            Err(e) if Instant::now() < give_up && backoff.wait(stopped).await => {
+                tracing::warn!(error = %e, generation, "switched; reading the new generation's digest failed, trying again");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, generation, "switched; the new generation's digest could not be read");
+                break;
+            }
+        }
+    }
     Ok(Some((generation, old)))
 }
 
