@@ -58,6 +58,17 @@ impl Healing {
         &self.prefix
     }
 
+    /// The projector's configuration (a rebuild runs with it).
+    pub fn config(&self) -> &projector::Config {
+        &self.config
+    }
+
+    /// The active generation, as Redis holds it now.
+    pub async fn active_generation(&self) -> Option<u64> {
+        let mut conn = self.conn.clone();
+        redis::cmd("GET").arg(Keyspace::active_generation(&self.prefix)).query_async(&mut conn).await.ok().flatten()
+    }
+
     /// Waits until the API is ready (the read model complete) after `total` messages were consumed.
     pub async fn wait_ready(&self, total: u64, timeout: Duration) {
         self.projector.wait_until_consumed(total, timeout).await;

@@ -47,6 +47,7 @@ impl OwnRedis {
         self.port
     }
 
+    /// Starts it again (it must be stopped) and waits until it answers.
     pub fn restart(&mut self) {
         let persistence: &[&str] = match self.persistence {
             Persistence::AofAlways => &["--appendonly", "yes", "--appendfsync", "always"],
@@ -74,6 +75,12 @@ impl OwnRedis {
                 .spawn()
                 .expect("redis-server starts");
         self.child = Some(child);
+        // Answering, its data loaded (a loading Redis answers PING with an error).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while self.cli(&["PING"]) != "PONG" {
+            assert!(std::time::Instant::now() < deadline, "redis-server on port {} did not come up", self.port);
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
     }
 
     /// SIGKILL: whatever Redis had not written to disk is lost.

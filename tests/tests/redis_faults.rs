@@ -90,6 +90,60 @@ async fn a_redis_rolled_back_while_no_projector_runs_is_marked_incomplete_at_the
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restored_from_before_a_rebuild_switch_is_put_forward_again_and_the_old_generation_never_served() {
+    let mut redis = OwnRedis::with(Persistence::Snapshots);
+    let scenario = Scenario::generate(0x5eed_1107, 6, 12, 5);
+    let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 3);
+    let topics = Topics::holding(first).await;
+    let mut world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(first.len() as u64, Duration::from_secs(60)).await;
+    assert_eq!(redis.cli(&["SAVE"]), "OK");
+    // A rebuild switches to generation 2 (generation 1 is deleted a second later); the live projector and
+    // the API follow it; the rest of the events arrive.
+    let switched = runner::rebuild(world.config().clone()).await.expect("the rebuild succeeds");
+    assert_eq!(switched, Some(2));
+    kafka::publish(&kafka::producer(), &topics, rest).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let expected = reference(&topics, &scenario).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_eq!(world.active_generation().await, Some(2));
+    let prober = Prober::start(&world.app, &scenario);
+
+    // Redis comes back from the snapshot taken before the switch: generation 1 active, generation 2 gone.
+    redis.kill();
+    redis.restart();
+    let detected = world.wait_detected(DETECTION).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_eq!(world.active_generation().await, Some(2), "generations only go forward");
+    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+}
+
+/// The least-privileged user the README documents: every command but the `@dangerous` ones (no `INFO`,
+/// no `CONFIG`, no `KEYS`). The projector then tells a loss by its positions alone, and still heals.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_redis_user_that_may_not_run_info_the_read_model_is_complete_and_a_flush_is_healed() {
+    let redis = OwnRedis::with(Persistence::AofAlways);
+    // Keys of the read model only: every prefix the test makes starts with `heal`.
+    let acl = ["ACL", "SETUSER", "readmodel", "on", ">s3cret-pass", "~heal*", "+@all", "-@dangerous"];
+    assert_eq!(redis.cli(&acl), "OK");
+    let url = redis.url().replacen("redis://", "redis://readmodel:s3cret-pass@", 1);
+    let scenario = Scenario::generate(0x5eed_1108, 3, 10, 4);
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let mut world = Healing::start(&topics, &url, false).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let refused = world.projector.metrics_text();
+    assert!(!refused.contains("projector_redis_memory_used_bytes{"), "INFO was refused to this user");
+
+    let prober = Prober::start(&world.app, &scenario);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+    let detected = world.wait_detected(DETECTION).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_during_a_heavy_replay_with_appendfsync_everysec_ends_complete() {
     let mut redis = OwnRedis::with(Persistence::AofEverySecond);
     let scenario = Scenario::generate(0x5eed_1103, 8, 20, 6);

@@ -28,7 +28,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
     loop {
         if last_check.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
             last_check = Some(Instant::now());
-            if !housekeeping(&mut projector, &mut conn, &id, &mut stopped).await? {
+            if !housekeeping(&mut projector, &mut heal, &mut conn, &id, &mut stopped).await? {
                 break;
             }
             heal.check(&mut projector).await?;
@@ -52,10 +52,11 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
     Ok(())
 }
 
-/// Follows the active generation, pauses for a handover, reports this instance and takes its share of
-/// the partitions. False when shut down during a pause.
+/// Follows the active generation forward (a pointer gone back is a loss), pauses for a handover, reports
+/// this instance and takes its share of the partitions. False when shut down during a pause.
 async fn housekeeping(
     projector: &mut Projector,
+    heal: &mut Heal,
     conn: &mut Connection,
     id: &str,
     stopped: &mut watch::Receiver<bool>,
@@ -64,8 +65,13 @@ async fn housekeeping(
     let follow = projector.config.generation.is_none();
     match control::signals(conn, &prefix).await {
         Ok(Signals { active, handover }) => {
-            if let Some(active) = active.filter(|a| follow && *a > projector.generation()) {
-                projector.switch_generation(active);
+            match active {
+                Some(active) if follow && active > projector.generation() => follow_up(projector, conn, active).await,
+                Some(active) if follow && active < projector.generation() => {
+                    let loss = format!("the active generation went back from {} to {active}", projector.generation());
+                    heal.lost(projector, &loss).await?;
+                }
+                _ => {}
             }
             if let Some(target) = handover.filter(|t| follow && *t != projector.generation()) {
                 if !pause(projector, conn, id, target, stopped).await {
@@ -147,7 +153,7 @@ async fn pause(
             }
         };
         if signals.active == Some(target) {
-            projector.switch_generation(target);
+            follow_up(projector, conn, target).await;
             break;
         }
         if signals.handover != Some(target) {
@@ -157,6 +163,31 @@ async fn pause(
     }
     tracing::info!(generation = projector.generation(), "resumed");
     true
+}
+
+/// Writes to the newer generation `active` from the next batch on, reading again whatever it holds less
+/// of than this projector applied: a projector that wrote to an older generation for a while (it started
+/// while the pointer was behind) leaves no hole in the newer one.
+async fn follow_up(projector: &mut Projector, conn: &mut Connection, active: u64) {
+    projector.switch_generation(active);
+    let positions = projector.source.positions();
+    let assigned: Vec<_> = positions.keys().cloned().collect();
+    match position::read(conn, projector.store.keys(), &assigned).await {
+        Ok(held) => {
+            let behind: std::collections::HashMap<_, _> =
+                held.into_iter().filter(|(p, at)| at.is_none_or(|at| at < positions[p])).collect();
+            if !behind.is_empty() {
+                tracing::warn!(
+                    partitions = behind.len(),
+                    "the new generation holds less than was applied; reading again"
+                );
+                if let Err(e) = projector.source.rewind(&behind) {
+                    tracing::warn!(error = %e, "could not read partitions again for the new generation");
+                }
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not read the new generation's positions"),
+    }
 }
 
 fn instance(projector: &Projector, paused: bool) -> Instance {

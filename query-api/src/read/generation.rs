@@ -17,11 +17,16 @@ const COMPLETE: u8 = 0;
 const HEALING: u8 = 1;
 /// The active generation was known and is gone: Redis lost its data, and no projector has answered yet.
 const LOST: u8 = 2;
+/// The active generation is lower than one already served: Redis was restored from an older state, and
+/// no projector has put it forward again yet. Generations only go forward; an older one is not served.
+const BEHIND: u8 = 3;
 
 pub struct Generation {
     prefix: String,
     /// The active generation as last read; 0 until it has been read once.
     generation: AtomicU64,
+    /// The highest generation this instance has served.
+    highest: AtomicU64,
     /// [`COMPLETE`], [`HEALING`] or [`LOST`].
     condition: AtomicU8,
 }
@@ -30,7 +35,8 @@ pub struct Generation {
 pub enum Found {
     /// The read failed (logged); nothing changed.
     Nothing,
-    /// No active generation: Redis lost its data, or no projector has written one yet.
+    /// No active generation: Redis lost its data, or no projector has written one yet. Or one lower than
+    /// already served: Redis was restored from an older state.
     Gone,
     /// The active generation, and whether it is complete.
     Active { keys: Keyspace, complete: bool },
@@ -38,7 +44,12 @@ pub enum Found {
 
 impl Generation {
     pub fn new(prefix: &str) -> Self {
-        Self { prefix: prefix.to_string(), generation: AtomicU64::new(UNKNOWN), condition: AtomicU8::new(COMPLETE) }
+        Self {
+            prefix: prefix.to_string(),
+            generation: AtomicU64::new(UNKNOWN),
+            highest: AtomicU64::new(UNKNOWN),
+            condition: AtomicU8::new(COMPLETE),
+        }
     }
 
     pub fn prefix(&self) -> &str {
@@ -61,6 +72,7 @@ impl Generation {
         match (self.generation.load(Ordering::Acquire), self.condition.load(Ordering::Acquire)) {
             (_, HEALING) => Err("the read model is incomplete: the projector is projecting it (again)"),
             (_, LOST) => Err("the read model's Redis lost its data; waiting for the projector"),
+            (_, BEHIND) => Err("the read model's Redis went back to an older generation; waiting for the projector"),
             (UNKNOWN, _) => Err("the read model's active generation is not known yet"),
             (generation, _) => Ok(generation),
         }
@@ -84,6 +96,17 @@ impl Generation {
                 return Found::Nothing;
             }
         };
+        let highest = self.highest.load(Ordering::Acquire);
+        if generation < highest {
+            if self.condition.swap(BEHIND, Ordering::AcqRel) != BEHIND {
+                tracing::error!(
+                    generation,
+                    highest,
+                    "the active generation went back: Redis was restored from an older state"
+                );
+            }
+            return Found::Gone;
+        }
         let keys = Keyspace::new(self.prefix.clone(), generation);
         let condition = match model.healing_partitions(&keys).await {
             Ok(0) => COMPLETE,
@@ -102,6 +125,7 @@ impl Generation {
     /// Serves `generation` from now on.
     pub fn serve(&self, generation: u64) {
         let previous = self.generation.swap(generation, Ordering::AcqRel);
+        self.highest.fetch_max(generation, Ordering::AcqRel);
         if previous != generation {
             tracing::info!(generation, previous, "serving a new generation of the read model");
         }
