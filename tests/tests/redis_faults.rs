@@ -336,3 +336,33 @@ async fn a_batch_waiting_for_a_redis_that_comes_back_empty_is_not_written_onto_t
     let (status, body) = world.app.json("/v1/studies/s1", &secret).await;
     assert_eq!((status, body["internalTitle"].as_str()), (200, Some("After")), "{body}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_while_a_rebuild_builds_is_read_again_and_the_switch_is_to_a_complete_generation() {
+    use shared::Keyspace;
+    let redis = OwnRedis::with(Persistence::AofAlways);
+    let scenario = Scenario::generate(0x5eed_1110, 6, 20, 5);
+    let total = scenario.messages.len() as u64;
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let mut world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(total, Duration::from_secs(60)).await;
+    let prober = Prober::start(&world.app, &scenario);
+
+    let rebuild = tokio::spawn(runner::rebuild_noting(world.config().clone()));
+    // Redis is flushed once the rebuild has written part of generation 2.
+    let building = Keyspace::new(world.prefix().to_string(), 2);
+    end_to_end::eventually(Duration::from_secs(60), "the rebuild to write generation 2", || async {
+        let keys = runner::generation_keys(&mut world.conn.clone(), &building).await;
+        (keys.len() > 100).then_some(())
+    })
+    .await;
+    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+    let detected = world.wait_detected(DETECTION).await;
+    let (switched, notices) = rebuild.await.expect("the rebuild task");
+    assert_eq!(switched.expect("the rebuild succeeds"), Some(2));
+    assert!(notices.iter().any(|n| n.contains("reading again")), "the rebuild read again: {notices:?}");
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_eq!(world.active_generation().await, Some(2));
+    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+}

@@ -33,7 +33,7 @@ pub async fn run(
     let prefix = &config.key_prefix;
     let generation = projector.generation();
     let rebuild_key = Keyspace::rebuild(prefix);
-    let _: () = conn.hset(&rebuild_key, "phase", control::HANDOVER).await?;
+    set_phase(conn, &rebuild_key, projector, control::HANDOVER).await?;
     let deadline = tokio::time::Instant::now() + options.handover_timeout;
     loop {
         let instances = members::live_instances(conn, prefix).await?;
@@ -43,7 +43,7 @@ pub async fn run(
         }
         if tokio::time::Instant::now() > deadline || *stopped.borrow() {
             notify(Notice::HandoverPostponed { running });
-            let _: () = conn.hset(&rebuild_key, "phase", control::BUILDING).await?;
+            set_phase(conn, &rebuild_key, projector, control::BUILDING).await?;
             return Ok(false);
         }
         lock.ensure_held()?;
@@ -63,7 +63,7 @@ pub async fn run(
         lock.ensure_held()?;
         match projector.step(watch, stopped, std::time::Duration::from_millis(200)).await {
             Step::Stopped => {
-                let _: () = conn.hset(&rebuild_key, "phase", control::BUILDING).await?;
+                set_phase(conn, &rebuild_key, projector, control::BUILDING).await?;
                 return Ok(false);
             }
             Step::Lost(loss) => return postpone(conn, &rebuild_key, projector, watch, &loss, notify).await,
@@ -92,7 +92,19 @@ async fn postpone(
     loss: &str,
     notify: Notify<'_>,
 ) -> Result<bool, Error> {
-    let _: () = conn.hset(rebuild_key, "phase", control::BUILDING).await?;
+    set_phase(conn, rebuild_key, projector, control::BUILDING).await?;
     read_again(projector, watch, loss, notify).await?;
     Ok(false)
+}
+
+/// Writes the rebuild's whole state with its phase (not the phase alone): a Redis that lost the state
+/// meanwhile gets it back, so that the live projectors see the handover.
+async fn set_phase(conn: &mut Connection, rebuild_key: &str, projector: &Projector, phase: &str) -> Result<(), Error> {
+    let fields = [
+        ("generation", projector.generation().to_string()),
+        ("group", projector.config.group_id.clone()),
+        ("phase", phase.to_string()),
+    ];
+    let _: () = conn.hset_multiple(rebuild_key, &fields).await?;
+    Ok(())
 }

@@ -113,8 +113,14 @@ pub type Notify<'a> = &'a (dyn Fn(Notice) + Send + Sync);
 const LOCK_TTL_MS: u64 = 10_000;
 /// How often a rebuild that is still reading full batches measures how far it is from the end.
 const MEASURE_LAG_EVERY: Duration = Duration::from_secs(1);
-const RENEW: &str =
-    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0";
+/// Extends the lock held (1); takes it again when Redis lost it and nobody else took it since (2): the
+/// rebuild reads again what Redis lost, and no other rebuild can be running; else it is another's (0).
+const RENEW: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end
+return 0
+";
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 const NEXT: &str = "local n = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ARGV[1])) + 1 redis.call('SET', KEYS[1], n) return n";
 
@@ -223,10 +229,11 @@ async fn renew(mut conn: Connection, lock: Lock) {
             redis::Script::new(RENEW).key(&lock.key).arg(&lock.token).arg(LOCK_TTL_MS).invoke_async(&mut conn).await;
         match renewed {
             Ok(0) => {
-                tracing::error!(lock = %lock.key, "the rebuild lock is gone or held by another rebuild; stopping");
+                tracing::error!(lock = %lock.key, "the rebuild lock is held by another rebuild; stopping");
                 lock.lost.store(true, Ordering::Release);
                 return;
             }
+            Ok(2) => tracing::warn!(lock = %lock.key, "Redis lost the rebuild lock; taken again"),
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "could not renew the rebuild lock"),
         }

@@ -190,6 +190,24 @@ pub async fn rebuild(config: Config) -> Result<Option<u64>, projector::Error> {
     projector::rebuild(config, options, running, &|notice| println!("{notice}")).await
 }
 
+/// [`rebuild`], also returning every notice it gave, as printed.
+pub async fn rebuild_noting(config: Config) -> (Result<Option<u64>, projector::Error>, Vec<String>) {
+    let notices = std::sync::Mutex::new(Vec::new());
+    let options = projector::RebuildOptions {
+        grace: Duration::from_secs(1),
+        handover_lag: 0,
+        handover_timeout: Duration::from_secs(30),
+        lock_wait: Duration::ZERO,
+    };
+    let (_keep_running, running) = watch::channel(false);
+    let result = projector::rebuild(config, options, running, &|notice| {
+        println!("{notice}");
+        notices.lock().unwrap().push(notice.to_string());
+    })
+    .await;
+    (result, notices.into_inner().unwrap())
+}
+
 /// The digest of a generation on the stack's Redis, as `projector digest` prints it.
 pub async fn digest(keys: &Keyspace) -> String {
     digest_of(&mut crate::redis().await, keys).await.expect("digest").to_string()
