@@ -210,3 +210,30 @@ async fn a_rebuild_deletes_the_old_generation_even_when_redis_stalls_after_the_s
     assert_eq!(switched, Some(2));
     assert_eq!(count(&mut conn).await, 0, "the old generation is deleted");
 }
+
+/// Another rebuild takes the lock while this one builds (this one stalled past the lock's expiry, say):
+/// this one stops, never switches, and leaves the other's lock alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_whose_lock_another_took_stops_without_switching() {
+    let scenario = Scenario::generate(0x5eed_0011, 6, 20, 5);
+    let topics = Topics::holding(&scenario.messages).await;
+    let live = runner::spawn_caught_up(&topics, scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let prefix = live.prefix().to_string();
+    let rebuild = tokio::spawn(runner::rebuild(runner::config(&topics, &prefix, live.group())));
+    let building = Keyspace::new(prefix.clone(), 2);
+    eventually(Duration::from_secs(60), "the rebuild to write generation 2", || async {
+        let keys = runner::generation_keys(&mut end_to_end::redis().await, &building).await;
+        (keys.len() > 100).then_some(())
+    })
+    .await;
+    let lock = Keyspace::rebuild_lock(&prefix);
+    let _: () = redis().await.set_ex(&lock, "another-rebuild", 60).await.unwrap();
+
+    let stopped = rebuild.await.expect("the rebuild task");
+    let error = stopped.expect_err("a rebuild that lost its lock fails");
+    assert!(error.to_string().contains("lost"), "{error}");
+    assert_eq!(active(&prefix).await, Some(1), "it never switched");
+    let holder: Option<String> = redis().await.get(&lock).await.unwrap();
+    assert_eq!(holder.as_deref(), Some("another-rebuild"), "the other rebuild's lock is left alone");
+    live.stop().await;
+}
