@@ -1,6 +1,7 @@
 //! What a test of Redis faults needs: a projector and an API on a Redis (or cluster) of the test's own, a
 //! prober that keeps asking the API for every organization's studies with every valid key and writes down
-//! every answer, and the checks that the read model healed and no answer was wrong once the loss was known.
+//! every answer, a publisher that keeps events flowing through the fault, and the checks that the read
+//! model healed and no answer was wrong once the loss was known.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -232,4 +233,52 @@ pub fn assert_no_wrong_answer_after(probes: &[Probe], after: Instant) {
     assert!(later.iter().any(|p| p.status == 200), "the API answered again once healed");
     let before = probes.iter().filter(|p| p.at < after && p.is_wrong()).count();
     println!("{} answers after the detection, none wrong; {before} wrong before it", later.len());
+}
+
+/// Publishes `study.retitled` to the scenario's studies in turn, each with its study's next sequence,
+/// until told to stop: events that flow while a fault happens.
+pub struct Publisher {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<u64>,
+}
+
+impl Publisher {
+    pub fn start(topics: &Topics, scenario: &Scenario) -> Self {
+        let mut studies: std::collections::BTreeMap<String, (String, u64)> = Default::default();
+        for message in scenario.messages.iter().filter(|m| m.topic == shared::Topic::Study) {
+            let event: serde_json::Value = serde_json::from_slice(&message.value).expect("an event");
+            let (org, sequence) = (event["organizationId"].as_str().unwrap_or_default(), event["sequence"].as_u64());
+            let last = studies.entry(message.key.clone()).or_insert((org.to_string(), 0));
+            last.1 = last.1.max(sequence.unwrap_or(0));
+        }
+        assert!(!studies.is_empty(), "the scenario has studies to retitle");
+        let (topics, stop) = (topics.clone(), Arc::new(AtomicBool::new(false)));
+        let stopping = stop.clone();
+        let task = tokio::spawn(async move {
+            let producer = crate::kafka::producer();
+            let mut published = 0;
+            while !stopping.load(Ordering::Relaxed) {
+                for (study, (org, sequence)) in studies.iter_mut() {
+                    *sequence += 1;
+                    let title = serde_json::json!({"internalTitle": format!("Retitled {sequence}")});
+                    let at = "2026-06-01T00:00:00Z";
+                    let event =
+                        crate::events::event(shared::Topic::Study, org, study, *sequence, "study.retitled", at, title);
+                    crate::kafka::publish(&producer, &topics, &[event]).await;
+                    published += 1;
+                    if stopping.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+            }
+            published
+        });
+        Self { stop, task }
+    }
+
+    /// Stops publishing; how many events it published.
+    pub async fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.task.await.expect("publisher")
+    }
 }

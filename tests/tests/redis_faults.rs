@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use end_to_end::faults::{assert_no_wrong_answer_after, Healing, Prober};
+use end_to_end::faults::{assert_no_wrong_answer_after, Healing, Prober, Publisher};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::own_redis::{OwnCluster, OwnRedis, Persistence};
 use end_to_end::runner;
@@ -19,7 +19,12 @@ const CONVERGENCE: Duration = Duration::from_secs(120);
 
 /// The reference digest of `scenario`, built from scratch on the stack's Redis.
 async fn reference(topics: &Topics, scenario: &Scenario) -> String {
-    let keys = runner::build_from_scratch(topics, scenario.messages.len() as u64).await;
+    reference_of(topics, scenario.messages.len() as u64).await
+}
+
+/// The reference digest of the first `total` messages of `topics` (all of them), built from scratch.
+async fn reference_of(topics: &Topics, total: u64) -> String {
+    let keys = runner::build_from_scratch(topics, total).await;
     runner::digest(&keys).await
 }
 
@@ -365,4 +370,51 @@ async fn a_loss_while_a_rebuild_builds_is_read_again_and_the_switch_is_to_a_comp
     world.wait_converged(&expected, CONVERGENCE).await;
     assert_eq!(world.active_generation().await, Some(2));
     assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_events_flow_a_flush_then_a_restart_from_an_older_snapshot_both_end_converged() {
+    let mut redis = OwnRedis::with(Persistence::Snapshots);
+    let scenario = Scenario::generate(0x5eed_1111, 4, 10, 4);
+    let topics = Topics::holding(&scenario.messages).await;
+    let mut world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let prober = Prober::start(&world.app, &scenario);
+    let publisher = Publisher::start(&topics, &scenario);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(redis.cli(&["SAVE"]), "OK");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A flush while retitles arrive, then, once healed and with more arrived, Redis back from the
+    // snapshot taken before the flush: older than everything applied since.
+    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+    let flushed = world.wait_detected(DETECTION).await;
+    end_to_end::eventually(CONVERGENCE, "the API to answer again after the flush", || async {
+        (world.app.admin_get("/readyz").await.status() == 200).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let losses = world.losses();
+    let killed = Instant::now();
+    redis.kill();
+    redis.restart();
+    end_to_end::eventually(DETECTION * 2, "the rollback to be detected", || async {
+        (world.losses() > losses).then_some(())
+    })
+    .await;
+    let rolled_back = Instant::now();
+    println!("rollback detected {:?} after the kill", rolled_back - killed);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let published = publisher.finish().await;
+    println!("{published} retitles published during the faults");
+    assert!(published > 20, "events flowed throughout: {published}");
+
+    let total = scenario.messages.len() as u64 + published;
+    world.projector.wait_until_consumed(total, CONVERGENCE).await;
+    let expected = reference_of(&topics, total).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    let probes = prober.finish().await;
+    let (first, second): (Vec<_>, Vec<_>) = probes.into_iter().partition(|p| p.at < killed);
+    assert_no_wrong_answer_after(&first, flushed + GRACE);
+    assert_no_wrong_answer_after(&second, rolled_back + GRACE);
 }
