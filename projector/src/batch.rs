@@ -26,7 +26,7 @@ use crate::backoff::Backoff;
 use crate::observe::{Metrics, Outcome, Tally};
 use crate::source::Source;
 pub use crate::source::{BrokerError, DeadLetter, Partition, Record};
-use crate::store::{Applied, Group, Store};
+use crate::store::{Applied, Group, Store, StoreError};
 
 /// What one call of [`step`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -222,6 +222,8 @@ async fn write_all<'a>(
                 metrics.redis.out_of_memory.set(0);
                 applied.extend(done);
             }
+            // Redis lost data between the check and the write: what the write found gone is the loss.
+            Err(StoreError::Lost(epoch)) => return Err(Interrupted::Lost(format!("{epoch} is gone"))),
             Err(e) if e.is_permanent() && part.len() == 1 => refused.push((&part[0], e.to_string())),
             // Which aggregate it is, one at a time tells.
             Err(e) if e.is_permanent() => pending.extend(part.iter().rev().map(std::slice::from_ref)),

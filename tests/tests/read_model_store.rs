@@ -70,3 +70,30 @@ async fn the_digest_reads_a_hash_larger_than_one_reply_may_be() {
     let other = runner::digest_of(&mut conn, &again).await.unwrap();
     assert_eq!(other.sha256, digest.sha256);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_script_writes_nothing_when_an_epoch_the_projector_wrote_is_gone() {
+    let mut conn = redis().await;
+    let base = format!("{}:{{org}}", unique("lost"));
+    let (state, epoch) = (format!("{base}:study:s1"), format!("{base}:epoch"));
+    let script = redis::Script::new(include_str!("../../projector/src/store/write.lua"));
+    let write = |written: &'static str| {
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&state).key(&state).key(&state).key(&state).key(&epoch).arg("0").arg("1");
+        for arg in ["{}", "s1", "none", "", "none", "", "keep", "", "WEBVTT\n", "token", written] {
+            invocation.arg(arg);
+        }
+        invocation
+    };
+    // Written before by this projector, and gone now (a flush between the projector's check and this
+    // write): nothing is written, and the reply says so.
+    let reply: redis::Value = write("1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply, redis::Value::SimpleString("LOST".into()));
+    let exists: bool = conn.exists(&state).await.unwrap();
+    assert!(!exists, "nothing was written onto the loss");
+    // An organization this projector never wrote: a first write.
+    let reply: redis::Value = write("0").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply, redis::Value::SimpleString("APPLIED".into()));
+    let written: Option<String> = conn.get(&epoch).await.unwrap();
+    assert_eq!(written.as_deref(), Some("token"), "the write set the epoch it will check next time");
+}

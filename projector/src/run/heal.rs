@@ -62,6 +62,7 @@ impl Heal {
         }
         tracing::error!(%loss, "the read model's Redis lost data; projecting again from what it holds");
         let keys = projector.store.keys().clone();
+        projector.store.forget_epochs();
         if let Err(e) = mark_lost(projector, &mut conn, &keys, loss).await {
             tracing::warn!(error = %e, "could not mark the read model as incomplete");
         }

@@ -384,5 +384,6 @@ pub async fn read_again(
     let starts = position::read(&mut conn, projector.store.keys(), &everything).await?;
     projector.source.rewind(&starts)?;
     watch.forget_all();
+    projector.store.forget_epochs();
     Ok(())
 }

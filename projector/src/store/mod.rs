@@ -13,6 +13,8 @@ mod generation;
 pub mod position;
 mod write;
 
+use std::collections::HashSet;
+
 use redis::{Cmd, Value};
 use shared::connection::Connection;
 use shared::{Event, Keyspace, Topic};
@@ -39,6 +41,9 @@ pub enum StoreError {
     CorruptState { key: String, reason: String },
     #[error("aggregate {0} kept changing under the projector")]
     Contended(String),
+    /// An epoch this projector wrote is gone: Redis lost data since the projector last looked.
+    #[error("{0}, written by this projector, is gone")]
+    Lost(String),
 }
 
 /// Redis's error codes that say "not now": the server is full, busy, loading, read-only, failing over or
@@ -64,7 +69,7 @@ impl StoreError {
                         .any(|s| text.contains(s))
             }
             StoreError::Reply(_) | StoreError::Script(_) | StoreError::CorruptState { .. } => true,
-            StoreError::Contended(_) => false,
+            StoreError::Contended(_) | StoreError::Lost(_) => false,
         }
     }
 
@@ -100,6 +105,9 @@ pub struct Store {
     conn: Connection,
     keys: Keyspace,
     write: WriteScript,
+    /// The epochs (organizations', the key index's) this projector wrote in this generation since the
+    /// last loss: each write checks that its epoch, if here, still exists (see `write.lua`).
+    epochs: HashSet<String>,
 }
 
 struct Pending<'a> {
@@ -116,7 +124,7 @@ fn record<'a>(topic: Topic, events: &[&'a Event], outcome: impl Fn(usize) -> Out
 
 impl Store {
     pub fn new(conn: Connection, keys: Keyspace) -> Self {
-        Self { conn, keys, write: WriteScript::new() }
+        Self { conn, keys, write: WriteScript::new(), epochs: HashSet::new() }
     }
 
     pub fn keys(&self) -> &Keyspace {
@@ -125,6 +133,12 @@ impl Store {
 
     pub fn set_generation(&mut self, generation: u64) {
         self.keys = self.keys.at(generation);
+        self.epochs.clear();
+    }
+
+    /// Forgets which epochs this projector wrote: Redis lost data, and the projector reads again.
+    pub fn forget_epochs(&mut self) {
+        self.epochs.clear();
     }
 
     /// The connection, for the few reads and writes outside the apply path.
@@ -229,23 +243,35 @@ impl Store {
                 record(p.group.topic, &p.events, |_| Outcome::Duplicate, applied);
                 continue;
             }
+            let epoch = match p.group.topic {
+                Topic::ApiKey => self.keys.api_key_epoch(),
+                _ => self.keys.org_epoch(p.org),
+            };
             let write = Write {
                 topic: p.group.topic,
                 org: p.org,
                 aggregate_id: p.group.aggregate_id,
                 expected: sequence,
                 folded: &folded,
+                epoch_written: self.epochs.contains(&epoch),
             };
             commands.push(self.write.invocation(&self.keys, &write));
-            written.push((p, verdicts));
+            let sets_epoch = write.sets_epoch();
+            written.push((p, verdicts, epoch, sets_epoch));
         }
         if written.is_empty() {
             return Ok(Vec::new());
         }
         let replies = self.query(&commands).await?;
         let mut conflicts = Vec::new();
-        for ((mut p, verdicts), reply) in written.into_iter().zip(replies) {
-            match WriteScript::reply(reply)? {
+        let mut lost = None;
+        for ((mut p, verdicts, epoch, sets_epoch), reply) in written.into_iter().zip(replies) {
+            let reply = WriteScript::reply(reply)?;
+            if sets_epoch && matches!(reply, ScriptReply::Applied | ScriptReply::ClaimRefused) {
+                self.epochs.insert(epoch.clone());
+            }
+            match reply {
+                ScriptReply::Lost => lost = Some(epoch),
                 ScriptReply::Applied => record(p.group.topic, &p.events, |i| verdicts[i].into(), applied),
                 ScriptReply::ClaimRefused => {
                     tracing::warn!(key = p.group.aggregate_id, "refused a key's claim on a hash another key id holds");
@@ -270,7 +296,10 @@ impl Store {
                 }
             }
         }
-        Ok(conflicts)
+        match lost {
+            Some(epoch) => Err(StoreError::Lost(epoch)),
+            None => Ok(conflicts),
+        }
     }
 
     fn state_key(&self, group: &Group<'_>, org: &str) -> String {

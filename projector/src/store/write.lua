@@ -18,10 +18,21 @@
 -- header is written only when the transcript is created.
 -- An index entry belongs to the first key id that claimed it: key-live never takes over another key's entry
 -- (the reply says CLAIM-REFUSED), and key-live and key-revoked only remove entries that are this key's.
--- Returns the status APPLIED (or CLAIM-REFUSED, also applied), or the sequence found as a string (the caller
--- re-reads and folds again).
+-- Returns the status APPLIED (or CLAIM-REFUSED, also applied), LOST (nothing written), or the sequence found
+-- as a string (the caller re-reads and folds again).
 -- Sequences are compared as the decimal strings the projector writes, never as Lua numbers (doubles),
 -- which cannot tell apart sequences above 2^53.
+-- ARGV[13] '1' when the projector wrote this organization's epoch (or the key index's) before, in this
+-- generation, with no loss since: an epoch gone then means Redis lost data after the projector last looked,
+-- and nothing is written (the reply is LOST; the projector heals). A fold onto the lost state would be
+-- wrong for good.
+if ARGV[13] == '1' then
+  local key_op = ARGV[7] == 'key-live' or ARGV[7] == 'key-revoked'
+  local epoch = (KEYS[5] and not key_op) and KEYS[5] or KEYS[3]
+  if redis.call('EXISTS', epoch) == 0 then
+    return redis.status_reply('LOST')
+  end
+end
 local current = redis.call('HGET', KEYS[1], 'seq') or '0'
 if current ~= ARGV[1] then
   return current

@@ -16,6 +16,8 @@ pub enum ScriptReply {
     ClaimRefused,
     /// The stored sequence was this one, not the one the fold started from: nothing was written.
     Conflict(u64),
+    /// The epoch this projector wrote before is gone: Redis lost data; nothing was written.
+    Lost,
 }
 
 pub struct WriteScript(Script);
@@ -27,6 +29,18 @@ pub struct Write<'a> {
     pub aggregate_id: &'a str,
     pub expected: u64,
     pub folded: &'a Folded,
+    /// This projector wrote the epoch this write sets before (see [`Write::sets_epoch`]), with no loss
+    /// since: it must still exist.
+    pub epoch_written: bool,
+}
+
+impl Write<'_> {
+    /// Whether the script sets the epoch this write checks: an organization's epoch with every write of
+    /// a study or an interview, the key index's with a key's index entry.
+    pub fn sets_epoch(&self) -> bool {
+        self.topic != Topic::ApiKey
+            || matches!(self.folded.index, IndexChange::KeyLive { .. } | IndexChange::KeyRevoked { .. })
+    }
 }
 
 impl WriteScript {
@@ -104,7 +118,8 @@ impl WriteScript {
             .arg(transcript_op)
             .arg(cues)
             .arg(TRANSCRIPT_HEADER)
-            .arg(uuid::Uuid::new_v4().simple().to_string());
+            .arg(uuid::Uuid::new_v4().simple().to_string())
+            .arg(if w.epoch_written { "1" } else { "0" });
         invocation
     }
 
@@ -114,6 +129,7 @@ impl WriteScript {
         match &value {
             Value::SimpleString(status) if status == "APPLIED" => Ok(ScriptReply::Applied),
             Value::SimpleString(status) if status == "CLAIM-REFUSED" => Ok(ScriptReply::ClaimRefused),
+            Value::SimpleString(status) if status == "LOST" => Ok(ScriptReply::Lost),
             Value::BulkString(found) => {
                 let found = std::str::from_utf8(found).ok().and_then(|s| s.parse().ok());
                 found.map(ScriptReply::Conflict).ok_or(ReplyError(value))
