@@ -175,16 +175,28 @@ impl Source {
     }
 
     /// Reads `partitions` again from the given offsets (`None`: the earliest), the others going on from
-    /// where they are. Messages already taken from the broker and not applied are dropped.
+    /// where they are. Messages already taken from the broker and not applied are dropped. The group's
+    /// committed offsets go back with them: what Redis lost is not applied, and no reckoning of how far
+    /// this projector got (its lag, a rebuild's handover, the next start's check) may count it.
     pub fn rewind(&mut self, partitions: &HashMap<Partition, Option<i64>>) -> Result<(), BrokerError> {
+        let mut back = Vec::new();
         for (partition, start) in partitions {
             if self.assigned.contains(partition) {
-                match start {
-                    Some(offset) => self.applied.insert(partition.clone(), *offset),
-                    None => self.applied.remove(partition),
+                let start = match start {
+                    Some(offset) => *offset,
+                    None => {
+                        let (topic, id) = (&partition.topic, partition.partition);
+                        let watermarks = tokio::task::block_in_place(|| {
+                            self.consumer.fetch_watermarks(topic, id, offsets::BROKER_TIMEOUT)
+                        })?;
+                        watermarks.0
+                    }
                 };
+                self.applied.insert(partition.clone(), start);
+                back.push((partition.clone(), start));
             }
         }
+        self.commit_offsets(back.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
         self.reposition()
     }
 

@@ -10,7 +10,7 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use super::{Partition, Record};
 
-const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
+pub const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One past the last offset of each partition among `records`: what to commit once they are applied.
 pub fn next_offsets<'a>(records: impl Iterator<Item = Record<'a>>) -> BTreeMap<Partition, i64> {
