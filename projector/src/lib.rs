@@ -36,7 +36,9 @@ use tokio::sync::watch;
 pub use config::Config;
 pub use observe::{Counts, Metrics, Outcome};
 pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
+pub use run::Watch;
 pub use run::{live_instances, Instance, Projector};
+pub use source::Partition;
 pub use store::{active_generation, delete_generation, generation_keys, Digest, Store};
 
 #[derive(Debug, thiserror::Error)]

@@ -97,3 +97,26 @@ async fn the_write_script_writes_nothing_when_an_epoch_the_projector_wrote_is_go
     let written: Option<String> = conn.get(&epoch).await.unwrap();
     assert_eq!(written.as_deref(), Some("token"), "the write set the epoch it will check next time");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn positions_are_not_recorded_onto_a_redis_found_flushed() {
+    use end_to_end::own_redis::Persistence;
+    use projector::{Metrics, Watch};
+    let own = OwnRedis::with(Persistence::AofAlways);
+    let target = Target::new(&own.url(), false);
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
+    let conn = Connection::connect(&target, settings).await.unwrap();
+    let keys = Keyspace::new(unique("recorded"), 1);
+    let metrics = std::sync::Arc::new(Metrics::new(["s".into(), "i".into(), "k".into()]));
+    let mut watch = Watch::new(conn.clone(), metrics);
+    let (a, b) = (projector::Partition::new("s", 0), projector::Partition::new("s", 1));
+    let first = watch.losses(&keys, &[(a.clone(), 10)].into()).await.unwrap();
+    assert!(first.is_empty(), "{first:?}");
+
+    // Partition b had nothing applied at the last record: nothing is expected of it on this primary.
+    assert_eq!(own.cli(&["FLUSHALL"]), "OK");
+    let losses = watch.losses(&keys, &[(a, 12), (b, 20)].into()).await.unwrap();
+    assert!(!losses.is_empty(), "the flush is a loss");
+    let held = runner::generation_keys(&mut conn.clone(), &keys).await;
+    assert!(held.is_empty(), "no position was written onto the flushed Redis: {held:?}");
+}

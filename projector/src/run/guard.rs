@@ -47,8 +47,13 @@ impl Watch {
     }
 
     /// Both looks; the losses found, one line each (empty: none).
+    /// Positions are recorded only when `INFO` saw no loss: a position written onto a flushed or
+    /// rolled-back primary would vouch for data it no longer holds, and reading again would start there.
     pub async fn losses(&mut self, keys: &Keyspace, positions: &HashMap<Partition, i64>) -> RedisResult<Vec<String>> {
         let mut losses = self.look().await?;
+        if !losses.is_empty() {
+            return Ok(losses);
+        }
         let lost = position::record(&mut self.conn, keys, positions, &mut self.written).await?;
         if let Some(first) = lost.first() {
             losses.push(format!("positions lost on {first} of generation {}", keys.generation()));

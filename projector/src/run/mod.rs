@@ -22,6 +22,7 @@ use shared::{Keyspace, Topic};
 use tokio::sync::watch;
 
 pub use control::rebuild_state;
+pub use guard::Watch;
 pub use members::{live_instances, Instance};
 
 use crate::batch::{self, Guard, Step};
