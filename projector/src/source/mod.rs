@@ -179,23 +179,23 @@ impl Source {
     /// committed offsets go back with them: what Redis lost is not applied, and no reckoning of how far
     /// this projector got (its lag, a rebuild's handover, the next start's check) may count it.
     pub fn rewind(&mut self, partitions: &HashMap<Partition, Option<i64>>) -> Result<(), BrokerError> {
+        // Every start is known before anything changes: a broker that fails to answer leaves the
+        // partitions where they were, and the caller tries again.
         let mut back = Vec::new();
-        for (partition, start) in partitions {
-            if self.assigned.contains(partition) {
-                let start = match start {
-                    Some(offset) => *offset,
-                    None => {
-                        let (topic, id) = (&partition.topic, partition.partition);
-                        let watermarks = tokio::task::block_in_place(|| {
-                            self.consumer.fetch_watermarks(topic, id, offsets::BROKER_TIMEOUT)
-                        })?;
-                        watermarks.0
-                    }
-                };
-                self.applied.insert(partition.clone(), start);
-                back.push((partition.clone(), start));
-            }
+        for (partition, start) in partitions.iter().filter(|(p, _)| self.assigned.contains(*p)) {
+            let start = match start {
+                Some(offset) => *offset,
+                None => {
+                    let (topic, id) = (&partition.topic, partition.partition);
+                    let watermarks = tokio::task::block_in_place(|| {
+                        self.consumer.fetch_watermarks(topic, id, offsets::BROKER_TIMEOUT)
+                    })?;
+                    watermarks.0
+                }
+            };
+            back.push((partition.clone(), start));
         }
+        self.applied.extend(back.iter().cloned());
         self.commit_offsets(back.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
         self.reposition()
     }
