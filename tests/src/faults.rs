@@ -111,7 +111,10 @@ impl Healing {
             let converged = digest.to_string() == reference;
             if !ready || !converged {
                 let why = readyz.text().await.unwrap_or_default();
-                eprintln!("not converged yet: generation {generation:?}, {digest} (want {reference}), api {why}");
+                let ended = if self.projector.has_ended() { "; the projector's task has ENDED" } else { "" };
+                eprintln!(
+                    "not converged yet: generation {generation:?}, {digest} (want {reference}), api {why}{ended}"
+                );
             }
             (converged && ready).then_some(())
         })
@@ -239,6 +242,7 @@ pub fn assert_no_wrong_answer_after(probes: &[Probe], after: Instant) {
 /// until told to stop: events that flow while a fault happens.
 pub struct Publisher {
     stop: Arc<AtomicBool>,
+    published: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<u64>,
 }
 
@@ -254,6 +258,8 @@ impl Publisher {
         assert!(!studies.is_empty(), "the scenario has studies to retitle");
         let (topics, stop) = (topics.clone(), Arc::new(AtomicBool::new(false)));
         let stopping = stop.clone();
+        let published = Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let counted = published.clone();
         let task = tokio::spawn(async move {
             let producer = crate::kafka::producer();
             let mut published = 0;
@@ -266,6 +272,7 @@ impl Publisher {
                         crate::events::event(shared::Topic::Study, org, study, *sequence, "study.retitled", at, title);
                     crate::kafka::publish(&producer, &topics, &[event]).await;
                     published += 1;
+                    counted.store(published, Ordering::Relaxed);
                     if stopping.load(Ordering::Relaxed) {
                         break;
                     }
@@ -273,7 +280,16 @@ impl Publisher {
             }
             published
         });
-        Self { stop, task }
+        Self { stop, published, task }
+    }
+
+    /// Waits until `more` events were published after this call: events flow across whatever comes next.
+    pub async fn wait_more(&self, more: u64) {
+        let target = self.published.load(Ordering::Relaxed) + more;
+        crate::eventually(Duration::from_secs(30), "events to be published", || async {
+            (self.published.load(Ordering::Relaxed) >= target).then_some(())
+        })
+        .await;
     }
 
     /// Stops publishing; how many events it published.

@@ -59,6 +59,8 @@ impl OwnRedis {
                 .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--save", ""])
                 .args(persistence)
                 .args(["--dir", self.dir.to_str().unwrap()])
+                // `DEBUG SLEEP` and `DEBUG SEGFAULT`, for the faults, from redis-cli on loopback.
+                .args(["--enable-debug-command", "local"])
                 .args(if self.cluster {
                     &[
                         "--cluster-enabled",
@@ -89,6 +91,11 @@ impl OwnRedis {
             child.kill().unwrap();
             child.wait().unwrap();
         }
+    }
+
+    /// Its `redis-cli` arguments, for a command run in the background.
+    pub fn cli_args(&self) -> Vec<String> {
+        vec!["-p".into(), self.port.to_string()]
     }
 
     /// Runs `redis-cli` against it.
@@ -127,7 +134,12 @@ pub struct OwnCluster {
 
 impl OwnCluster {
     pub async fn start(persistence: Persistence) -> Self {
-        let nodes: Vec<OwnRedis> = (0..3).map(|_| OwnRedis::node(persistence, true)).collect();
+        Self::with_replicas(persistence, 0).await
+    }
+
+    /// Three primaries with `replicas` replicas each (`nodes[0..3]` are the primaries when made).
+    pub async fn with_replicas(persistence: Persistence, replicas: usize) -> Self {
+        let nodes: Vec<OwnRedis> = (0..3 * (1 + replicas)).map(|_| OwnRedis::node(persistence, true)).collect();
         for node in &nodes {
             crate::eventually(std::time::Duration::from_secs(10), "a cluster node to start", || async {
                 (node.cli(&["ping"]) == "PONG").then_some(())
@@ -138,7 +150,7 @@ impl OwnCluster {
         let created = Command::new("redis-cli")
             .args(["--cluster", "create"])
             .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .output()
             .unwrap();
         assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stdout));
@@ -153,6 +165,25 @@ impl OwnCluster {
             self.nodes.iter().all(|n| n.cli(&["cluster", "info"]).contains("cluster_state:ok")).then_some(())
         })
         .await;
+    }
+
+    /// The node serving `slot` as a primary now, and one of its replicas: indexes into `nodes`.
+    pub fn primary_and_replica_of(&self, slot: u16) -> (usize, usize) {
+        let view = self.nodes[0].cli(&["cluster", "nodes"]);
+        let lines: Vec<Vec<&str>> = view.lines().map(|line| line.split_whitespace().collect()).collect();
+        let serves = |fields: &Vec<&str>| {
+            fields.iter().skip(8).any(|range| {
+                let (low, high) = range.split_once('-').unwrap_or((range, range));
+                matches!((low.parse::<u16>(), high.parse::<u16>()), (Ok(l), Ok(h)) if l <= slot && slot <= h)
+            })
+        };
+        let primary = lines.iter().find(|f| f[2].contains("master") && serves(f)).expect("a primary serves the slot");
+        let replica = lines.iter().find(|f| f[3] == primary[0]).expect("the primary has a replica");
+        let index = |fields: &Vec<&str>| {
+            let port: u16 = fields[1].split(['@', ':']).nth(1).and_then(|p| p.parse().ok()).expect("a port");
+            self.nodes.iter().position(|n| n.port == port).expect("a node of this cluster")
+        };
+        (index(primary), index(replica))
     }
 
     /// The URLs the binaries take with `REDIS_CLUSTER=true`.

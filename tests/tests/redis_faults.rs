@@ -38,7 +38,7 @@ async fn after_a_flushall_the_read_model_is_projected_again_and_no_valid_key_is_
     world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
 
     let prober = Prober::start(&world.app, &scenario);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
     assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
     let detected = world.wait_detected(DETECTION).await;
     world.wait_converged(&expected, CONVERGENCE).await;
@@ -141,7 +141,7 @@ async fn with_a_redis_user_that_may_not_run_info_the_read_model_is_complete_and_
     assert!(!refused.contains("projector_redis_memory_used_bytes{"), "INFO was refused to this user");
 
     let prober = Prober::start(&world.app, &scenario);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
     assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
     let detected = world.wait_detected(DETECTION).await;
     world.wait_converged(&expected, CONVERGENCE).await;
@@ -381,9 +381,9 @@ async fn while_events_flow_a_flush_then_a_restart_from_an_older_snapshot_both_en
     world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
     let prober = Prober::start(&world.app, &scenario);
     let publisher = Publisher::start(&topics, &scenario);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    publisher.wait_more(20).await;
     assert_eq!(redis.cli(&["SAVE"]), "OK");
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    publisher.wait_more(20).await;
 
     // A flush while retitles arrive, then, once healed and with more arrived, Redis back from the
     // snapshot taken before the flush: older than everything applied since.
@@ -393,7 +393,7 @@ async fn while_events_flow_a_flush_then_a_restart_from_an_older_snapshot_both_en
         (world.app.admin_get("/readyz").await.status() == 200).then_some(())
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    publisher.wait_more(20).await;
     let losses = world.losses();
     let killed = Instant::now();
     redis.kill();
@@ -404,7 +404,7 @@ async fn while_events_flow_a_flush_then_a_restart_from_an_older_snapshot_both_en
     .await;
     let rolled_back = Instant::now();
     println!("rollback detected {:?} after the kill", rolled_back - killed);
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    publisher.wait_more(20).await;
     let published = publisher.finish().await;
     println!("{published} retitles published during the faults");
     assert!(published > 20, "events flowed throughout: {published}");
@@ -417,4 +417,47 @@ async fn while_events_flow_a_flush_then_a_restart_from_an_older_snapshot_both_en
     let (first, second): (Vec<_>, Vec<_>) = probes.into_iter().partition(|p| p.at < killed);
     assert_no_wrong_answer_after(&first, flushed + GRACE);
     assert_no_wrong_answer_after(&second, rolled_back + GRACE);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_failover_of_the_api_keys_primary_to_a_lagging_replica_is_seen_and_healed() {
+    let cluster = OwnCluster::with_replicas(Persistence::Snapshots, 1).await;
+    let scenario = Scenario::generate(0x5eed_1112, 4, 10, 4);
+    let topics = Topics::holding(&scenario.messages).await;
+    let mut world = Healing::start(&topics, &cluster.urls(), true).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let prober = Prober::start(&world.app, &scenario);
+    let publisher = Publisher::start(&topics, &scenario);
+    publisher.wait_more(20).await;
+
+    // The replica of the primary that holds the key index stops reading for a second; its primary dies
+    // meanwhile: what it took in that second is gone, and the replica is promoted without it.
+    let slot: u16 = cluster.nodes[0].cli(&["CLUSTER", "KEYSLOT", "{apikeys}"]).parse().unwrap();
+    let (primary, replica) = cluster.primary_and_replica_of(slot);
+    println!("slot {slot}: primary {}, replica {}", cluster.nodes[primary].port(), cluster.nodes[replica].port());
+    let mut sleeping = std::process::Command::new("redis-cli")
+        .args(cluster.nodes[replica].cli_args())
+        .args(["DEBUG", "SLEEP", "1"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    publisher.wait_more(20).await;
+    let crashed = Instant::now();
+    cluster.nodes[primary].cli(&["DEBUG", "SEGFAULT"]);
+    sleeping.wait().unwrap();
+    // A primary is taken for failed after the node timeout (5 s), then its replica is elected.
+    end_to_end::eventually(Duration::from_secs(120), "the replica to be promoted", || async {
+        cluster.nodes[replica].cli(&["ROLE"]).starts_with("master").then_some(())
+    })
+    .await;
+    println!("replica promoted {:?} after the crash", crashed.elapsed());
+    let detected = world.wait_detected(Duration::from_secs(30)).await;
+    println!("failover detected {:?} after the crash", detected - crashed);
+    publisher.wait_more(20).await;
+    let published = publisher.finish().await;
+    let total = scenario.messages.len() as u64 + published;
+    world.projector.wait_until_consumed(total, CONVERGENCE).await;
+    let expected = reference_of(&topics, total).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
 }

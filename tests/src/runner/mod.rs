@@ -127,6 +127,11 @@ pub async fn wait_until_consumed(projectors: &[&Running], total: u64, timeout: D
 }
 
 impl Running {
+    /// Whether the projector's task ended (it stops only when told, or on an error it could not ride out).
+    pub fn has_ended(&self) -> bool {
+        self.task.is_finished()
+    }
+
     /// The key prefix it writes under.
     pub fn prefix(&self) -> &str {
         &self.prefix
