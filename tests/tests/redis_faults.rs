@@ -123,7 +123,7 @@ async fn a_redis_restored_from_before_a_rebuild_switch_is_put_forward_again_and_
     assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
 }
 
-/// The least-privileged user the README documents: every command but the `@dangerous` ones (no `INFO`,
+/// The least-privileged user docs/security.md documents: every command but the `@dangerous` ones (no `INFO`,
 /// no `CONFIG`, no `KEYS`). The projector then tells a loss by its positions alone, and still heals.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_redis_user_that_may_not_run_info_the_read_model_is_complete_and_a_flush_is_healed() {
@@ -197,7 +197,7 @@ async fn on_a_cluster_one_flushed_primary_and_one_rolled_back_primary_are_both_h
 
     // Another restarted from its older snapshot.
     // Answers from the kill on belong to the second fault: until the rollback is detected, the restarted
-    // primary may serve its older snapshot (the window the README names).
+    // primary may serve its older snapshot (the window docs/operating.md names).
     let losses = world.losses();
     let started = Instant::now();
     cluster.nodes[1].kill();
