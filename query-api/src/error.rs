@@ -95,7 +95,7 @@ impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> Self {
         match e {
             AuthError::Unauthorized => ApiError::Unauthorized,
-            AuthError::RateLimited(wait) => ApiError::TooManyRequests(wait),
+            AuthError::RateLimited(refused) => ApiError::TooManyRequests(refused.wait),
             AuthError::Throttled(wait) => ApiError::Throttled(wait),
             AuthError::Redis(e) => ApiError::Unavailable(e),
         }

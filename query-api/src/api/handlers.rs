@@ -14,7 +14,8 @@ use super::json::{InterviewFields, JsonBody};
 use super::models::{ErrorBody, Interview, InterviewPage, PageInfo, PageQuery, Study, StudyPage};
 use super::pagination::Pagination;
 use crate::auth::credential::credential;
-use crate::auth::Organization;
+use crate::auth::rate_limit::Report;
+use crate::auth::{AuthError, Organization};
 use crate::error::ApiError;
 use crate::links::{Links, NoLink, Presigner};
 use crate::read::model::InterviewRead;
@@ -24,11 +25,20 @@ impl FromRequestParts<AppState> for Organization {
     type Rejection = ApiError;
 
     /// A request without a credential is refused before anything is read; else the key is looked up in the
-    /// generation being served.
+    /// generation being served. Where the key's rate limit stands is reported for the response's headers.
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let key = credential(&parts.headers).ok_or(ApiError::Unauthorized)?;
         let keys = state.keyspace().await?;
-        Ok(state.auth.organization(key, keys).await?)
+        let found = state.auth.organization(key, keys).await;
+        let standing = match &found {
+            Ok(org) => org.standing,
+            Err(AuthError::RateLimited(refused)) => Some(refused.standing),
+            Err(_) => None,
+        };
+        if let (Some(report), Some(standing)) = (parts.extensions.get::<Report>(), standing) {
+            report.set(standing);
+        }
+        Ok(found?)
     }
 }
 

@@ -9,6 +9,7 @@ use utoipa::{Modify, OpenApi};
 use super::models::{
     ErrorBody, Facet, Interview, InterviewPage, PageInfo, Participant, Study, StudyListItem, StudyPage,
 };
+use crate::auth::rate_limit::{RATE_LIMIT, RATE_LIMIT_POLICY};
 use crate::read::freshness::{AS_OF, CAUGHT_UP};
 
 #[derive(OpenApi)]
@@ -55,7 +56,8 @@ impl Modify for Security {
 }
 
 /// Headers every response carries (`x-request-id`), `Retry-After` on 503, and the 429 of the optional
-/// per-key rate limit: declared once here rather than on every response of every handler.
+/// per-key rate limit and its headers on every authenticated response: declared once here rather than on
+/// every response of every handler.
 struct Headers;
 
 impl Modify for Headers {
@@ -85,6 +87,21 @@ impl Modify for Headers {
             .schema(utoipa::openapi::ObjectBuilder::new().schema_type(Type::Boolean))
             .description(Some("Whether the projectors have applied every event published so far"))
             .build();
+        let string = || utoipa::openapi::ObjectBuilder::new().schema_type(Type::String);
+        let policy = HeaderBuilder::new()
+            .schema(string())
+            .description(Some(
+                "Only when RATE_LIMIT_PER_SECOND is set: this API key's quota on this instance, \
+                 `\"default\";q=<burst>;w=<seconds to refill it>` (IETF draft httpapi-ratelimit-headers)",
+            ))
+            .build();
+        let standing = HeaderBuilder::new()
+            .schema(string())
+            .description(Some(
+                "Only when RATE_LIMIT_PER_SECOND is set: `\"default\";r=<requests left>;t=<seconds until all \
+                 q are back>`",
+            ))
+            .build();
         let too_many = utoipa::openapi::ResponseBuilder::new()
             .description("This API key's rate limit is spent (only when RATE_LIMIT_PER_SECOND is set)")
             .content(
@@ -106,6 +123,10 @@ impl Modify for Headers {
                     }
                     if status == "503" || status == "429" {
                         response.headers.insert("Retry-After".into(), retry_after.clone());
+                    }
+                    if status != "401" {
+                        response.headers.insert(RATE_LIMIT_POLICY.into(), policy.clone());
+                        response.headers.insert(RATE_LIMIT.into(), standing.clone());
                     }
                 }
             }
@@ -205,6 +226,18 @@ mod tests {
             links("/studies/{studyId}/interviews")["getInterview"]["parameters"]["id"],
             "$response.body#/items/0/id"
         );
+    }
+
+    #[test]
+    fn every_authenticated_response_declares_the_rate_limit_headers() {
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (status, response) in item["get"]["responses"].as_object().unwrap() {
+                let declared = response["headers"][RATE_LIMIT].is_object();
+                assert_eq!(declared, status != "401", "{path} {status}");
+                assert_eq!(response["headers"][RATE_LIMIT_POLICY].is_object(), declared, "{path} {status}");
+            }
+        }
     }
 
     #[test]

@@ -15,13 +15,15 @@ use shared::Keyspace;
 use crate::metrics::Metrics;
 use crate::read::model::ReadModel;
 use key_cache::{Kept, KeyCache, KeyIndexEpoch};
-use rate_limit::{RateLimit, UnknownKeys};
+use rate_limit::{RateLimit, Refused, Standing, UnknownKeys};
 
 /// The organization the request's API key belongs to, and the read-model generation the request reads.
 #[derive(Debug, Clone)]
 pub struct Organization {
     pub id: String,
     pub keys: Keyspace,
+    /// Where the key's rate limit stands after this request, when there is one.
+    pub standing: Option<Standing>,
 }
 
 /// Why a request is not authenticated.
@@ -29,9 +31,9 @@ pub struct Organization {
 pub enum AuthError {
     #[error("missing or invalid API key")]
     Unauthorized,
-    /// The key's rate limit is spent; a token comes back after this long.
+    /// The key's rate limit is spent; a token comes back after `wait`.
     #[error("rate limit exceeded")]
-    RateLimited(Duration),
+    RateLimited(Refused),
     /// Too many unknown keys were looked up lately: keys not kept in memory are not looked up for this long.
     #[error("too many unknown API keys lately")]
     Throttled(Duration),
@@ -102,9 +104,10 @@ impl Auth {
                 id
             }
         };
-        if let Some(limit) = &self.per_key {
-            limit.take(&digest).map_err(AuthError::RateLimited)?;
-        }
-        Ok(Organization { id, keys })
+        let standing = match &self.per_key {
+            Some(limit) => Some(limit.take(&digest).map_err(AuthError::RateLimited)?),
+            None => None,
+        };
+        Ok(Organization { id, keys, standing })
     }
 }

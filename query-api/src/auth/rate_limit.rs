@@ -7,23 +7,69 @@
 //! - lookups of unknown keys: each lookup in Redis that finds no key takes a token of one bucket for the
 //!   whole instance (`UNKNOWN_KEYS_PER_SECOND`); while it is empty, keys not kept in memory are not looked
 //!   up, and the request is answered 503 with `Retry-After`. Keys kept in memory are never throttled.
+//!
+//! A key's standing after each request is reported in the `RateLimit-Policy` and `RateLimit` headers
+//! ([`RateLimit::policy`], [`Standing::header`]), so clients can pace themselves before a 429.
 
 use std::num::NonZeroU32;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use governor::clock::{Clock, DefaultClock};
-use governor::middleware::NoOpMiddleware;
+use governor::middleware::{NoOpMiddleware, StateInformationMiddleware};
 use governor::state::keyed::DefaultKeyedStateStore;
 use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
 
-/// One state per API key (by its SHA-256).
-type PerKey<C> = RateLimiter<[u8; 32], DefaultKeyedStateStore<[u8; 32]>, C, NoOpMiddleware<<C as Clock>::Instant>>;
+/// One state per API key (by its SHA-256), which reports what is left after each request.
+type PerKey<C> = RateLimiter<[u8; 32], DefaultKeyedStateStore<[u8; 32]>, C, StateInformationMiddleware>;
+
+/// The response headers of the rate limit.
+pub const RATE_LIMIT_POLICY: &str = "ratelimit-policy";
+pub const RATE_LIMIT: &str = "ratelimit";
+
+/// The name of the one policy in the `RateLimit-Policy` and `RateLimit` headers.
+const POLICY: &str = "default";
 
 pub struct RateLimit<C: Clock = DefaultClock> {
     limiter: PerKey<C>,
     clock: C,
+    /// Requests a key may make at once: the bucket's size.
+    burst: u32,
+    /// How long the bucket takes to get one token back.
+    interval: Duration,
+}
+
+/// Where a key's bucket stands after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Standing {
+    /// Requests the key may still make at once.
+    pub remaining: u32,
+    /// How long until the bucket is full again, if no request is made meanwhile.
+    pub full_in: Duration,
+}
+
+/// A request past the key's rate limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused {
+    /// How long until a token is back (`Retry-After`).
+    pub wait: Duration,
+    pub standing: Standing,
+}
+
+/// Where the authentication step reports a key's [`Standing`] for the response's headers: put in a
+/// request's extensions before it is handled, read once its response is written.
+#[derive(Debug, Clone, Default)]
+pub struct Report(Arc<OnceLock<Standing>>);
+
+impl Report {
+    pub fn set(&self, standing: Standing) {
+        let _ = self.0.set(standing);
+    }
+
+    pub fn get(&self) -> Option<Standing> {
+        self.0.get().copied()
+    }
 }
 
 fn quota(per_second: u32, burst: u32) -> Option<Quota> {
@@ -40,15 +86,58 @@ impl RateLimit {
 
 impl<C: Clock + Clone> RateLimit<C> {
     fn with_clock(per_second: u32, burst: u32, clock: C) -> Option<Self> {
-        let limiter = RateLimiter::new(quota(per_second, burst)?, DefaultKeyedStateStore::default(), clock.clone());
-        Some(Self { limiter, clock })
+        let quota = quota(per_second, burst)?;
+        let limiter = RateLimiter::new(quota, DefaultKeyedStateStore::default(), clock.clone());
+        let (burst, interval) = (quota.burst_size().get(), quota.replenish_interval());
+        Some(Self { limiter, clock, burst, interval })
     }
 
-    /// Takes a token for `key` (its SHA-256 digest); without one, how long until there is one.
-    pub fn take(&self, key: &[u8; 32]) -> Result<(), Duration> {
-        self.limiter.check_key(key).map_err(|not_until| not_until.wait_time_from(self.clock.now()))
+    /// Takes a token for `key` (its SHA-256 digest) and says where its bucket stands; without a token, how
+    /// long until there is one.
+    ///
+    /// GCRA keeps when the bucket will be full again but tells only the tokens left, so `full_in` is
+    /// counted from them: a token back every interval. It is exact after a burst and at most one interval
+    /// late otherwise, never early. A refused request leaves the bucket empty: it is full once the next
+    /// token is back and `burst - 1` more after it.
+    pub fn take(&self, key: &[u8; 32]) -> Result<Standing, Refused> {
+        match self.limiter.check_key(key) {
+            Ok(snapshot) => {
+                let remaining = snapshot.remaining_burst_capacity().min(self.burst);
+                Ok(Standing { remaining, full_in: self.interval * (self.burst - remaining) })
+            }
+            Err(not_until) => {
+                let wait = not_until.wait_time_from(self.clock.now());
+                let full_in = wait + self.interval * (self.burst - 1);
+                Err(Refused { wait, standing: Standing { remaining: 0, full_in } })
+            }
+        }
     }
 
+    /// The `RateLimit-Policy` header (IETF draft httpapi-ratelimit-headers, structured-field form):
+    /// `"default";q=<burst>;w=<window>`. A token bucket has no fixed window, so the policy says what the
+    /// bucket holds (`q`, the burst) and how long it takes to fill from empty (`w`, burst × interval, in
+    /// whole seconds rounded up, at least 1): `q / w` is the sustained rate when the burst takes a second
+    /// or more to refill, and below it (never above) otherwise. A client that waits `w` seconds without a
+    /// request may make `q` at once again.
+    pub fn policy(&self) -> String {
+        format!("\"{POLICY}\";q={};w={}", self.burst, seconds(self.interval * self.burst))
+    }
+}
+
+impl Standing {
+    /// The `RateLimit` header: `"default";r=<remaining>;t=<seconds until the bucket is full again>`,
+    /// rounded up.
+    pub fn header(&self) -> String {
+        format!("\"{POLICY}\";r={};t={}", self.remaining, seconds(self.full_in))
+    }
+}
+
+/// Whole seconds, rounded up, at least 1.
+fn seconds(duration: Duration) -> u64 {
+    duration.as_secs_f64().ceil().max(1.0) as u64
+}
+
+impl<C: Clock + Clone> RateLimit<C> {
     /// Drops the states of keys idle long enough to have a full burst again (they would start afresh).
     pub fn prune(&self) {
         self.limiter.retain_recent();
@@ -105,20 +194,61 @@ mod tests {
         let clock = FakeRelativeClock::default();
         let limit = RateLimit::with_clock(2, 3, clock.clone()).expect("on");
         for _ in 0..3 {
-            assert_eq!(limit.take(&[1; 32]), Ok(()));
+            assert!(limit.take(&[1; 32]).is_ok());
         }
-        let wait = limit.take(&[1; 32]).unwrap_err();
+        let wait = limit.take(&[1; 32]).unwrap_err().wait;
         assert_eq!(wait, Duration::from_millis(500), "one token every half second");
-        assert_eq!(limit.take(&[2; 32]), Ok(()), "buckets are per key");
+        assert!(limit.take(&[2; 32]).is_ok(), "buckets are per key");
         clock.advance(Duration::from_millis(500));
-        assert_eq!(limit.take(&[1; 32]), Ok(()));
+        assert!(limit.take(&[1; 32]).is_ok());
         assert!(limit.take(&[1; 32]).is_err());
         // Idle long enough, the bucket is full again, never fuller.
         clock.advance(Duration::from_secs(60));
         for _ in 0..3 {
-            assert_eq!(limit.take(&[1; 32]), Ok(()));
+            assert!(limit.take(&[1; 32]).is_ok());
         }
         assert!(limit.take(&[1; 32]).is_err());
+    }
+
+    #[test]
+    fn the_headers_count_the_tokens_left_and_the_seconds_until_the_bucket_is_full_again() {
+        let clock = FakeRelativeClock::default();
+        let limit = RateLimit::with_clock(2, 5, clock.clone()).expect("on");
+        assert_eq!(limit.policy(), "\"default\";q=5;w=3", "five tokens, refilled in 2.5 s");
+        let headers: Vec<String> = (0..5).map(|_| limit.take(&[1; 32]).unwrap().header()).collect();
+        assert_eq!(
+            headers,
+            [
+                "\"default\";r=4;t=1",
+                "\"default\";r=3;t=1",
+                "\"default\";r=2;t=2",
+                "\"default\";r=1;t=2",
+                "\"default\";r=0;t=3"
+            ]
+        );
+        let refused = limit.take(&[1; 32]).unwrap_err();
+        assert_eq!(refused.wait, Duration::from_millis(500));
+        assert_eq!(refused.standing, Standing { remaining: 0, full_in: Duration::from_millis(2500) });
+        clock.advance(Duration::from_millis(1000));
+        let standing = limit.take(&[1; 32]).unwrap();
+        assert_eq!(standing, Standing { remaining: 1, full_in: Duration::from_millis(2000) });
+        // Slow refills: one token a second, a burst of one.
+        let slow = RateLimit::with_clock(1, 1, clock.clone()).expect("on");
+        assert_eq!(slow.policy(), "\"default\";q=1;w=1");
+        assert_eq!(slow.take(&[1; 32]).unwrap().header(), "\"default\";r=0;t=1");
+        // A rate above the burst: the window is still a whole second.
+        let fast = RateLimit::with_clock(100, 10, clock).expect("on");
+        assert_eq!(fast.policy(), "\"default\";q=10;w=1");
+    }
+
+    #[test]
+    fn a_report_keeps_the_first_standing_it_is_given() {
+        let report = Report::default();
+        assert_eq!(report.get(), None);
+        let standing = Standing { remaining: 3, full_in: Duration::from_secs(1) };
+        report.clone().set(standing);
+        report.set(Standing { remaining: 0, full_in: Duration::ZERO });
+        assert_eq!(report.get(), Some(standing));
     }
 
     #[test]

@@ -6,6 +6,7 @@ pub mod freshness;
 pub mod limits;
 pub mod metrics;
 pub mod panic;
+pub mod rate_limit;
 pub mod tasks;
 pub mod trace;
 
@@ -29,7 +30,9 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// The public router: every route, behind the middleware, listed in the order a request meets them.
 pub fn app(state: AppState, config: &Config) -> Router {
-    let v1 = api::v1_router().layer(axum::middleware::from_fn_with_state(state.clone(), freshness::headers));
+    let v1 = api::v1_router()
+        .layer(axum::middleware::from_fn_with_state(state.clone(), freshness::headers))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), rate_limit::headers));
     let router = Router::new()
         .nest("/v1", v1)
         .route("/livez", get(api::health::livez))
