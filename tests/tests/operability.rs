@@ -126,6 +126,26 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
     assert_eq!(lines.len(), 2, "{list}");
     assert!(lines.iter().all(|l| l.contains("reason=invalid envelope")), "{list}");
 
+    // The same, for automation.
+    let json: serde_json::Value = serde_json::from_str(&run(&["status", "-o", "json"]).await).expect("status is JSON");
+    assert_eq!(json["activeGeneration"], 1, "{json}");
+    assert_eq!(json["liveProjectors"].as_object().map(|o| o.len()), Some(1), "{json}");
+    assert_eq!(json["group"], group, "{json}");
+    assert_eq!(json["deadLetters"][format!("{}.dlq", topics.study)], 2, "{json}");
+    let partitions = json["partitions"].as_array().expect("partitions");
+    assert!(partitions.iter().any(|p| p["topic"] == topics.study.as_str() && p["end"].as_i64() > Some(0)), "{json}");
+    assert!(partitions.iter().all(|p| p["lag"] == 0), "{json}");
+    let letters: serde_json::Value = serde_json::from_str(&run(&["dlq", "list", "-o", "json"]).await).expect("JSON");
+    let letters = letters.as_array().expect("a list of dead letters");
+    let mut keys: Vec<&str> = letters.iter().filter_map(|l| l["key"].as_str()).collect();
+    keys.sort();
+    assert_eq!(keys, ["s1", "s2"], "{letters:?}");
+    assert!(letters.iter().all(|l| l["originalTopic"] == topics.study.as_str()), "{letters:?}");
+    assert!(
+        letters.iter().all(|l| l["reason"].as_str().is_some_and(|r| r.contains("invalid envelope"))),
+        "{letters:?}"
+    );
+
     let replayed = run(&["dlq", "replay"]).await;
     assert_eq!(replayed.trim(), "replayed 2 dead letters");
     running.wait_until_consumed(5, WAIT).await;

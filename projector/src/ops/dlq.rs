@@ -1,15 +1,53 @@
-//! `projector dlq list` and `projector dlq replay`: the dead letters with their reasons, and publishing
-//! them back to their original topics after a fix.
+//! `projector dlq list` and `projector dlq replay`: the dead letters with their reasons (as text, or as
+//! JSON for automation: the [`Listed`] type as serialized), and publishing them back to their original
+//! topics after a fix.
 
+use serde::Serialize;
+
+use super::Output;
 use crate::config::Config;
 use crate::source::{list_dead_letters, replay_dead_letters};
 use crate::Error;
 
-pub fn list(config: &Config) -> Result<(), Error> {
-    for listed in list_dead_letters(config)? {
-        let letter = &listed.letter;
-        let key = letter.key.as_deref().map(String::from_utf8_lossy).unwrap_or_default();
-        println!("{}@{} key={key} reason={}", listed.at, listed.at_offset, letter.reason);
+/// One dead letter as `dlq list -o json` prints it.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Listed {
+    /// Where the dead letter is: its dead-letter topic, partition and offset.
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+    /// Where the message was first read from.
+    pub original_topic: String,
+    pub original_partition: i32,
+    pub original_offset: i64,
+    /// The message's key, as UTF-8 (bytes that are not are replaced).
+    pub key: Option<String>,
+    pub reason: String,
+}
+
+pub fn list(config: &Config, output: Output) -> Result<(), Error> {
+    let listed: Vec<Listed> = list_dead_letters(config)?
+        .into_iter()
+        .map(|listed| Listed {
+            topic: listed.at.topic,
+            partition: listed.at.partition,
+            offset: listed.at_offset,
+            original_topic: listed.letter.topic,
+            original_partition: listed.letter.partition,
+            original_offset: listed.letter.offset,
+            key: listed.letter.key.as_deref().map(|k| String::from_utf8_lossy(k).into_owned()),
+            reason: listed.letter.reason,
+        })
+        .collect();
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&listed).expect("dead letters serialize")),
+        Output::Text => {
+            for l in &listed {
+                let key = l.key.as_deref().unwrap_or_default();
+                println!("{}/{}@{} key={key} reason={}", l.topic, l.partition, l.offset, l.reason);
+            }
+        }
     }
     Ok(())
 }

@@ -6,7 +6,7 @@ mod dlq;
 mod rebuild;
 mod status;
 
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::config::Config;
 use crate::Error;
@@ -52,7 +52,10 @@ pub enum Command {
         generation: Option<u64>,
     },
     /// Print the active and building generations, live projectors, lag per partition, dead-letter depth.
-    Status,
+    Status {
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// List dead letters with their reasons, or replay them through the projector.
     Dlq {
         #[command(subcommand)]
@@ -63,10 +66,22 @@ pub enum Command {
 #[derive(Debug, Clone, Subcommand)]
 pub enum DlqAction {
     /// Print every dead letter: topic, offset, key, reason.
-    List,
+    List {
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// Publish every dead letter not replayed yet back to its original topic; one still bad returns to
     /// the dead-letter topic with its reason.
     Replay,
+}
+
+/// How a command prints what it found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Lines for a person.
+    Text,
+    /// One JSON document for automation; its fields are the report's, in camelCase.
+    Json,
 }
 
 /// Does what the command line says, printing what an operator asked for.
@@ -79,8 +94,8 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             rebuild::run(config, options).await
         }
         Command::Digest { generation } => digest::run(&config, generation).await,
-        Command::Status => status::run(&config).await,
-        Command::Dlq { action: DlqAction::List } => dlq::list(&config),
+        Command::Status { output } => status::run(&config, output).await,
+        Command::Dlq { action: DlqAction::List { output } } => dlq::list(&config, output),
         Command::Dlq { action: DlqAction::Replay } => dlq::replay(&config).await,
     }
 }

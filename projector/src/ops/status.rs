@@ -1,14 +1,55 @@
 //! `projector status`: what an operator asks first. Generations, the running rebuild, the live projectors,
-//! the lag of the live consumer group per partition, and how many messages wait in the dead-letter topics.
+//! the lag of the live consumer group per partition, and how many messages wait in the dead-letter topics;
+//! as text, or as JSON for automation (`-o json`, the [`Status`] type as serialized).
 
+use std::collections::BTreeMap;
+
+use serde::Serialize;
 use shared::connection::Connection;
 use shared::Keyspace;
 
+use super::Output;
 use crate::config::Config;
 use crate::observe::now;
-use crate::run::{live_instances, rebuild_state};
+use crate::run::{live_instances, rebuild_state, Instance};
 use crate::source::{dead_letter_depths, group_progress};
 use crate::{store, Error};
+
+/// Everything `status` reports.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Status {
+    pub active_generation: Option<u64>,
+    pub rebuild: Option<Rebuild>,
+    /// Live projectors by instance id, as each last reported itself.
+    pub live_projectors: BTreeMap<String, Instance>,
+    /// The live consumer group.
+    pub group: String,
+    pub partitions: Vec<PartitionLag>,
+    /// Messages waiting in each dead-letter topic.
+    pub dead_letters: BTreeMap<String, i64>,
+}
+
+/// The rebuild that is running or was interrupted.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Rebuild {
+    pub generation: u64,
+    pub phase: Option<String>,
+    /// Whether a rebuild holds the lock now; otherwise the next `rebuild` resumes it.
+    pub running: bool,
+}
+
+/// Where the live consumer group stands on one partition.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionLag {
+    pub topic: String,
+    pub partition: i32,
+    pub committed: Option<i64>,
+    pub end: i64,
+    pub lag: i64,
+}
 
 /// A connection to the read model's Redis for a one-shot command, waiting for it with backoff.
 pub async fn connect(config: &Config) -> Result<Connection, Error> {
@@ -16,24 +57,49 @@ pub async fn connect(config: &Config) -> Result<Connection, Error> {
     store::connect(config, &mut stopped).await.ok_or_else(|| Error::Refused("redis is not reachable".into()))
 }
 
-pub async fn run(config: &Config) -> Result<(), Error> {
+pub async fn run(config: &Config, output: Output) -> Result<(), Error> {
+    let status = gather(config).await?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&status).expect("a status serializes")),
+        Output::Text => print_text(&status),
+    }
+    Ok(())
+}
+
+async fn gather(config: &Config) -> Result<Status, Error> {
     let mut conn = connect(config).await?;
     let prefix = &config.key_prefix;
-    let active: Option<u64> = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(&mut conn).await?;
-    println!("active generation: {}", active.map_or("none".into(), |g| g.to_string()));
-    let rebuild = rebuild_state(&mut conn, prefix).await?;
-    match rebuild.generation {
-        Some(generation) => {
+    let active_generation = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(&mut conn).await?;
+    let state = rebuild_state(&mut conn, prefix).await?;
+    let rebuild = state.generation.map(|generation| Rebuild { generation, phase: state.phase, running: state.locked });
+    let live_projectors = live_instances(&mut conn, prefix).await?.into_iter().collect();
+    let partitions = group_progress(config, &config.group_id)?
+        .into_iter()
+        .map(|p| PartitionLag {
+            lag: p.lag(),
+            topic: p.partition.topic,
+            partition: p.partition.partition,
+            committed: p.committed,
+            end: p.end,
+        })
+        .collect();
+    let dead_letters = dead_letter_depths(config)?.into_iter().collect();
+    Ok(Status { active_generation, rebuild, live_projectors, group: config.group_id.clone(), partitions, dead_letters })
+}
+
+fn print_text(status: &Status) {
+    println!("active generation: {}", status.active_generation.map_or("none".into(), |g| g.to_string()));
+    match &status.rebuild {
+        Some(rebuild) => {
             let phase = rebuild.phase.as_deref().unwrap_or("?");
-            let state = if rebuild.locked { "running" } else { "interrupted (resumes on the next `rebuild`)" };
-            println!("building generation: {generation} ({phase}, {state})");
+            let state = if rebuild.running { "running" } else { "interrupted (resumes on the next `rebuild`)" };
+            println!("building generation: {} ({phase}, {state})", rebuild.generation);
         }
         None => println!("building generation: none"),
     }
     let now = now();
-    let instances = live_instances(&mut conn, prefix).await?;
-    println!("live projectors: {}", instances.len());
-    for (id, i) in &instances {
+    println!("live projectors: {}", status.live_projectors.len());
+    for (id, i) in &status.live_projectors {
         let paused = if i.paused { ", paused" } else { "" };
         let caught_up = if i.caught_up { "caught up" } else { "behind" };
         println!(
@@ -45,14 +111,13 @@ pub async fn run(config: &Config) -> Result<(), Error> {
             shared::time::format_unix(i.latest_event).unwrap_or_else(|| "none".into())
         );
     }
-    println!("lag of group {}:", config.group_id);
-    for p in group_progress(config, &config.group_id)? {
+    println!("lag of group {}:", status.group);
+    for p in &status.partitions {
         let committed = p.committed.map_or("none".into(), |c| c.to_string());
-        println!("  {}: committed {committed}, end {}, lag {}", p.partition, p.end, p.lag());
+        println!("  {}/{}: committed {committed}, end {}, lag {}", p.topic, p.partition, p.end, p.lag);
     }
     println!("dead letters:");
-    for (topic, depth) in dead_letter_depths(config)? {
+    for (topic, depth) in &status.dead_letters {
         println!("  {topic}: {depth}");
     }
-    Ok(())
 }
