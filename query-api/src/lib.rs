@@ -6,12 +6,13 @@
 //!
 //! - [`edge`]: the HTTP edge. `accept` is the connection loop (header-read timeout, graceful shutdown
 //!   within `SHUTDOWN_DRAIN_MS`); `edge::app` lists the middleware in the order a request meets them
-//!   (request id, log span, panic guard, `no-store` and `nosniff`, compression, the concurrency cap and
-//!   the timeout: `limits`), each in a file of its own; `tasks` owns the background tasks.
+//!   (request id, log span, panic guard, `no-store` and `nosniff`, `If-None-Match`: `conditional`,
+//!   compression, the concurrency cap and the timeout: `limits`; on `/v1`, the rate-limit and freshness
+//!   headers), each in a file of its own; `tasks` owns the background tasks.
 //! - [`api`]: the spec. `handlers` are the four endpoints of section 4, one function each, telling one
 //!   request's life; `models` are the bodies of section 2, written from stored bytes by `json`;
-//!   `pagination` is section 4.5; `openapi` and `docs` the definition of section 9; `health` the
-//!   operational routes. One route list (`api::v1`) feeds the router and the definition.
+//!   `pagination` is section 4.5 and the `Link` header; `etag` tags the study routes; `openapi` and
+//!   `docs` the definition of section 9; `health` the operational routes. One route list (`api::v1`) feeds the router and the definition.
 //! - [`auth`]: section 5. `credential` finds the key in the headers; `key_cache` keeps keys that
 //!   authenticated; `rate_limit` throttles per key and unknown keys.
 //! - [`read`]: the read path. `model` is every Redis read (one script each); `cache` keeps reads in

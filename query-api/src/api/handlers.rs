@@ -3,15 +3,15 @@
 //! the body written from the stored bytes (`super::json`) with fresh video links (`crate::links`).
 
 use axum::extract::rejection::PathRejection;
-use axum::extract::{FromRequestParts, Path, RawQuery, State};
+use axum::extract::{FromRequestParts, OriginalUri, Path, RawQuery, State};
 use axum::http::request::Parts;
-use axum::http::{header, HeaderValue};
+use axum::http::{header, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use shared::StudyDocument;
 
+use super::etag;
 use super::json::{InterviewFields, JsonBody};
-use super::models::{ErrorBody, Interview, InterviewPage, PageInfo, PageQuery, Study, StudyPage};
+use super::models::{ErrorBody, IfNoneMatch, Interview, InterviewPage, PageInfo, PageQuery, Study, StudyPage};
 use super::pagination::Pagination;
 use crate::auth::credential::credential;
 use crate::auth::rate_limit::Report;
@@ -48,9 +48,15 @@ impl FromRequestParts<AppState> for Organization {
     path = "/studies",
     tag = "studies",
     operation_id = "listStudies",
-    params(PageQuery),
+    params(PageQuery, IfNoneMatch),
     responses(
-        (status = 200, description = "A page of completed studies", body = StudyPage),
+        (status = 200, description = "A page of completed studies", body = StudyPage, headers(
+            ("ETag" = String, description = "Strong entity tag of this representation"),
+            ("Link" = String, description = "RFC 8288 links to the first, previous, next and last pages")
+        )),
+        (status = 304, description = "Not modified: the representation If-None-Match names is current", headers(
+            ("ETag" = String, description = "Strong entity tag of this representation")
+        )),
         (status = 400, description = "Invalid pagination parameters", body = String, content_type = "application/json"),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 503, description = "Temporarily unavailable; retry with backoff", body = ErrorBody),
@@ -59,6 +65,7 @@ impl FromRequestParts<AppState> for Organization {
 pub async fn list_studies(
     org: Organization,
     State(state): State<AppState>,
+    OriginalUri(uri): OriginalUri,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let page = Pagination::parse(query.as_deref())?;
@@ -70,7 +77,10 @@ pub async fn list_studies(
         body.stored(doc);
     }
     body.close_page(&PageInfo { total: found.total, page: page.page, page_size: page.page_size });
-    Ok(json(&state, body))
+    // A page of studies is all in memory: it has no transcript.
+    let mut response = etag::tagged(body.into_bytes());
+    linked(&mut response, &page, &uri, found.total);
+    Ok(response)
 }
 
 /// One completed study of the key's organization.
@@ -79,9 +89,14 @@ pub async fn list_studies(
     path = "/studies/{id}",
     tag = "studies",
     operation_id = "getStudy",
-    params(("id" = String, Path, description = "The study identifier")),
+    params(("id" = String, Path, description = "The study identifier"), IfNoneMatch),
     responses(
-        (status = 200, description = "The study", body = Study),
+        (status = 200, description = "The study", body = Study, headers(
+            ("ETag" = String, description = "Strong entity tag of this representation")
+        )),
+        (status = 304, description = "Not modified: the representation If-None-Match names is current", headers(
+            ("ETag" = String, description = "Strong entity tag of this representation")
+        )),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No completed study with this id in the organization", body = ErrorBody),
         (status = 503, description = "Temporarily unavailable; retry with backoff", body = ErrorBody),
@@ -91,17 +106,18 @@ pub async fn get_study(
     org: Organization,
     State(state): State<AppState>,
     id: Result<Path<String>, PathRejection>,
-) -> Result<Json<Study>, ApiError> {
+) -> Result<Response, ApiError> {
     let Ok(Path(id)) = id else { return Err(ApiError::NotFound("study")) };
     let stored = state.reads.study(&org.keys, &org.id, &id).await?;
     let doc = stored.as_deref().ok_or(ApiError::NotFound("study"))?;
     let doc: StudyDocument = serde_json::from_str(doc).map_err(internal)?;
-    Ok(Json(Study {
+    let study = Study {
         id: doc.id,
         internal_title: doc.internal_title,
         created_at: doc.created_at,
         updated_at: doc.updated_at,
-    }))
+    };
+    Ok(etag::tagged(serde_json::to_vec(&study).map_err(internal)?))
 }
 
 /// Completed, visible interviews of a completed study, by creation time, newest first.
@@ -112,7 +128,9 @@ pub async fn get_study(
     operation_id = "listStudyInterviews",
     params(("studyId" = String, Path, description = "The study identifier"), PageQuery),
     responses(
-        (status = 200, description = "A page of interviews", body = InterviewPage),
+        (status = 200, description = "A page of interviews", body = InterviewPage, headers(
+            ("Link" = String, description = "RFC 8288 links to the first, previous, next and last pages")
+        )),
         (status = 400, description = "Invalid pagination parameters", body = String, content_type = "application/json"),
         (status = 401, description = "Missing or invalid API key", body = ErrorBody),
         (status = 404, description = "No completed study with this id in the organization", body = ErrorBody),
@@ -123,6 +141,7 @@ pub async fn list_interviews(
     org: Organization,
     State(state): State<AppState>,
     study_id: Result<Path<String>, PathRejection>,
+    OriginalUri(uri): OriginalUri,
     RawQuery(query): RawQuery,
 ) -> Result<Response, ApiError> {
     let Ok(Path(study_id)) = study_id else { return Err(ApiError::NotFound("study")) };
@@ -137,7 +156,9 @@ pub async fn list_interviews(
         interview(&state, &mut body, stored, &mut links).await?;
     }
     body.close_page(&PageInfo { total: found.total, page: page.page, page_size: page.page_size });
-    Ok(json(&state, body))
+    let mut response = json(&state, body);
+    linked(&mut response, &page, &uri, found.total);
+    Ok(response)
 }
 
 /// One completed, visible interview of the organization, whatever the state of its study.
@@ -205,6 +226,14 @@ fn served_size((doc, transcript): &InterviewRead) -> usize {
 fn json(state: &AppState, body: JsonBody) -> Response {
     let body = body.into_body(state.reads.model());
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
+}
+
+/// Adds the `Link` header of a page of `total` items to its response.
+fn linked(response: &mut Response, page: &Pagination, uri: &Uri, total: u64) {
+    let links = page.links(uri.path(), uri.query(), total);
+    if let Ok(links) = HeaderValue::try_from(links) {
+        response.headers_mut().insert(header::LINK, links);
+    }
 }
 
 fn internal(e: impl std::fmt::Display) -> ApiError {

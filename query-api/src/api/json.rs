@@ -128,8 +128,7 @@ impl JsonBody {
         self.written.push(b'}');
     }
 
-    /// The body written in memory; none of it is left to read (see [`JsonBody::into_body`]).
-    #[cfg(test)]
+    /// The body written in memory, for a body with no long transcript (see [`JsonBody::into_body`]).
     pub fn into_bytes(self) -> Vec<u8> {
         assert!(self.parts.is_empty(), "a body with a long transcript is sent with into_body");
         self.written

@@ -1,9 +1,11 @@
 //! The API as api.md defines it: its routes ([`handlers`], section 4), their response bodies ([`models`],
-//! section 2, written from stored bytes by [`json`]), pagination ([`pagination`], section 4.5), the OpenAPI
-//! definition and its reference page ([`openapi`], [`docs`], section 9), and the operational routes
-//! ([`health`]). One list of routes ([`v1`]) feeds both the router and the OpenAPI definition.
+//! section 2, written from stored bytes by [`json`]), pagination ([`pagination`], section 4.5, and its
+//! `Link` header), the study routes' entity tags ([`etag`]), the OpenAPI definition and its reference page
+//! ([`openapi`], [`docs`], section 9), and the operational routes ([`health`]). One list of routes ([`v1`])
+//! feeds both the router and the OpenAPI definition.
 
 pub mod docs;
+pub mod etag;
 pub mod handlers;
 pub mod health;
 pub mod json;

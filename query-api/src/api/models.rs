@@ -118,6 +118,16 @@ pub struct PageQuery {
     page_size: Option<u64>,
 }
 
+/// The conditional request header of the study routes (`super::etag`).
+#[derive(Debug, IntoParams)]
+#[into_params(parameter_in = Header)]
+#[allow(dead_code)]
+pub struct IfNoneMatch {
+    /// Entity tags of representations the client holds, or `*`: if one is current, the answer is 304.
+    #[param(rename = "If-None-Match", nullable = false)]
+    if_none_match: Option<String>,
+}
+
 impl From<shared::Participant> for Participant {
     fn from(p: shared::Participant) -> Self {
         Self { id: p.id, name: p.name }

@@ -229,6 +229,27 @@ mod tests {
     }
 
     #[test]
+    fn the_study_routes_declare_their_etag_and_304_and_the_lists_their_link() {
+        let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
+        for path in ["/studies", "/studies/{id}"] {
+            let responses = &doc["paths"][path]["get"]["responses"];
+            assert!(responses["200"]["headers"]["ETag"].is_object(), "{path}");
+            assert!(responses["304"]["headers"]["ETag"].is_object(), "{path}");
+            assert!(responses["304"]["content"].is_null(), "{path}: a 304 has no body");
+            let params = doc["paths"][path]["get"]["parameters"].as_array().unwrap();
+            assert!(params.iter().any(|p| p["name"] == "If-None-Match" && p["in"] == "header"), "{path}");
+        }
+        for path in ["/interviews/{id}", "/studies/{studyId}/interviews"] {
+            let responses = doc["paths"][path]["get"]["responses"].as_object().unwrap();
+            assert!(!responses.contains_key("304"), "{path}");
+            assert!(responses.values().all(|r| r["headers"]["ETag"].is_null()), "{path}");
+        }
+        for path in ["/studies", "/studies/{studyId}/interviews"] {
+            assert!(doc["paths"][path]["get"]["responses"]["200"]["headers"]["Link"].is_object(), "{path}");
+        }
+    }
+
+    #[test]
     fn every_authenticated_response_declares_the_rate_limit_headers() {
         let doc: serde_json::Value = serde_json::from_str(&document()).unwrap();
         for (path, item) in doc["paths"].as_object().unwrap() {

@@ -1,5 +1,6 @@
 //! `page` and `pageSize`, parsed strictly from the raw query string (api.md 4.5): digits only, within
-//! bounds, each given at most once; anything else is 400 with a JSON string body.
+//! bounds, each given at most once; anything else is 400 with a JSON string body. A page links to the
+//! first, previous, next and last pages in its `Link` header ([`Pagination::links`]).
 
 use crate::error::ApiError;
 use crate::read::Span;
@@ -46,6 +47,40 @@ impl Pagination {
     /// The items of the page.
     pub fn span(&self) -> Span {
         Span { start: self.start(), stop: self.stop() }
+    }
+
+    /// The last page of `total` items: 1 when there are none.
+    pub fn last(&self, total: u64) -> u64 {
+        total.div_ceil(self.page_size).clamp(1, MAX_PAGE)
+    }
+
+    /// The `Link` header of this page of `total` items (RFC 8288): `first`, `prev` (but on page 1),
+    /// `next` (but on the last page or past it) and `last`, each the request's own path and query with
+    /// `page` and `pageSize` set (the page size in use, even when the request left it to the default) and
+    /// the other parameters kept. `prev` of a page past the last is the last.
+    pub fn links(&self, path: &str, query: Option<&str>, total: u64) -> String {
+        let others: Vec<(String, String)> = form_urlencoded::parse(query.unwrap_or_default().as_bytes())
+            .filter(|(name, _)| name != "page" && name != "pageSize")
+            .map(|(name, value)| (name.into_owned(), value.into_owned()))
+            .collect();
+        // A path as the request gave it, but for what cannot stand between the brackets.
+        let path = path.replace('<', "%3C").replace('>', "%3E");
+        let target = |page: u64| {
+            let mut query = form_urlencoded::Serializer::new(String::new());
+            query.append_pair("page", &page.to_string()).append_pair("pageSize", &self.page_size.to_string());
+            query.extend_pairs(&others);
+            format!("<{path}?{}>", query.finish())
+        };
+        let last = self.last(total);
+        let mut links = vec![(target(1), "first")];
+        if self.page > 1 {
+            links.push((target((self.page - 1).min(last)), "prev"));
+        }
+        if self.page < last {
+            links.push((target(self.page + 1), "next"));
+        }
+        links.push((target(last), "last"));
+        links.iter().map(|(target, rel)| format!("{target}; rel=\"{rel}\"")).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -108,6 +143,66 @@ mod tests {
     fn the_message_names_the_parameter() {
         assert!(parse("pageSize=0").unwrap_err().contains("pageSize"));
         assert!(parse("page=0").unwrap_err().starts_with("page must"));
+    }
+
+    fn links(query: &str, total: u64) -> Vec<String> {
+        let page = parse(query).unwrap();
+        page.links("/v1/studies", Some(query), total).split(", ").map(String::from).collect()
+    }
+
+    #[test]
+    fn a_middle_page_links_to_the_first_the_previous_the_next_and_the_last() {
+        assert_eq!(
+            links("page=3&pageSize=10", 95),
+            [
+                "</v1/studies?page=1&pageSize=10>; rel=\"first\"",
+                "</v1/studies?page=2&pageSize=10>; rel=\"prev\"",
+                "</v1/studies?page=4&pageSize=10>; rel=\"next\"",
+                "</v1/studies?page=10&pageSize=10>; rel=\"last\"",
+            ]
+        );
+    }
+
+    #[test]
+    fn the_first_page_has_no_prev_and_the_last_no_next() {
+        let first = links("", 45);
+        assert_eq!(
+            first,
+            [
+                "</v1/studies?page=1&pageSize=20>; rel=\"first\"",
+                "</v1/studies?page=2&pageSize=20>; rel=\"next\"",
+                "</v1/studies?page=3&pageSize=20>; rel=\"last\"",
+            ],
+            "the default page size is written out"
+        );
+        let last = links("page=3", 45);
+        assert_eq!(last[1], "</v1/studies?page=2&pageSize=20>; rel=\"prev\"");
+        assert_eq!(last.len(), 3);
+        assert!(last[2].ends_with("page=3&pageSize=20>; rel=\"last\""));
+        assert_eq!(links("pageSize=5", 5).len(), 2, "one full page: first and last");
+    }
+
+    #[test]
+    fn an_empty_list_is_one_page_and_a_page_past_the_last_goes_back_to_it() {
+        let empty = links("", 0);
+        assert_eq!(
+            empty,
+            ["</v1/studies?page=1&pageSize=20>; rel=\"first\"", "</v1/studies?page=1&pageSize=20>; rel=\"last\""]
+        );
+        let past = links("page=9&pageSize=10", 25);
+        assert_eq!(past[1], "</v1/studies?page=3&pageSize=10>; rel=\"prev\"");
+        assert_eq!(past.len(), 3, "no next");
+    }
+
+    #[test]
+    fn links_keep_the_other_parameters_and_the_path() {
+        let page = parse("q=a%20b&page=2&pageSize=5&x").unwrap();
+        let header = page.links("/v1/studies/s%2F1/interviews", Some("q=a%20b&page=2&pageSize=5&x"), 20);
+        assert!(
+            header.starts_with("</v1/studies/s%2F1/interviews?page=1&pageSize=5&q=a+b&x=>; rel=\"first\""),
+            "{header}"
+        );
+        assert!(Pagination::parse(None).unwrap().links("/a<b>", None, 0).starts_with("</a%3Cb%3E?page=1"));
     }
 
     #[test]

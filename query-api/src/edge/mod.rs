@@ -2,6 +2,7 @@
 //! goes through them ([`app`]), and the background tasks the server owns ([`tasks`]).
 
 pub mod accept;
+pub mod conditional;
 pub mod freshness;
 pub mod limits;
 pub mod metrics;
@@ -49,6 +50,8 @@ pub fn app(state: AppState, config: &Config) -> Router {
         .layer(CatchPanicLayer::custom(panic::answer))
         .layer(SetResponseHeaderLayer::overriding(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")))
         .layer(SetResponseHeaderLayer::overriding(header::CACHE_CONTROL, HeaderValue::from_static("no-store")))
+        // Outside compression: a compressed body's tag names its coding before If-None-Match is compared.
+        .layer(axum::middleware::from_fn(conditional::not_modified))
         .layer(CompressionLayer::new())
         // The limits: their refusals become responses, overload is shed, then the cap and the timeout.
         .layer(HandleErrorLayer::new(limits::refuse))
