@@ -461,3 +461,41 @@ async fn on_a_cluster_a_failover_of_the_api_keys_primary_to_a_lagging_replica_is
     world.wait_converged(&expected, CONVERGENCE).await;
     assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_that_resynchronized_from_an_older_copy_and_was_promoted_again_is_seen_and_healed() {
+    let redis = OwnRedis::with(Persistence::AofAlways);
+    let copy = OwnRedis::with(Persistence::AofAlways);
+    let scenario = Scenario::generate(0x5eed_1113, 4, 10, 4);
+    let topics = Topics::holding(&scenario.messages).await;
+    let mut world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let prober = Prober::start(&world.app, &scenario);
+    let publisher = Publisher::start(&topics, &scenario);
+    publisher.wait_more(20).await;
+
+    // A copy taken now, detached; retitles go on arriving in the original only.
+    let synchronized = |server: &OwnRedis| server.cli(&["INFO", "replication"]).contains("master_link_status:up");
+    copy.cli(&["REPLICAOF", "127.0.0.1", &redis.port().to_string()]);
+    // A full synchronization starts after the primary's `repl-diskless-sync-delay` (5 s by default).
+    let synchronizing = Duration::from_secs(30);
+    end_to_end::eventually(synchronizing, "the copy", || async { synchronized(&copy).then_some(()) }).await;
+    copy.cli(&["REPLICAOF", "NO", "ONE"]);
+    publisher.wait_more(40).await;
+    // The same process, neither restarted nor flushed, takes the older copy's data by a full
+    // synchronization, and is promoted again.
+    redis.cli(&["REPLICAOF", "127.0.0.1", &copy.port().to_string()]);
+    end_to_end::eventually(synchronizing, "the resynchronization", || async { synchronized(&redis).then_some(()) })
+        .await;
+    let replaced = Instant::now();
+    redis.cli(&["REPLICAOF", "NO", "ONE"]);
+    let detected = world.wait_detected(DETECTION).await;
+    println!("detected {:?} after the data was replaced", detected - replaced);
+    publisher.wait_more(20).await;
+    let published = publisher.finish().await;
+    let total = scenario.messages.len() as u64 + published;
+    world.projector.wait_until_consumed(total, CONVERGENCE).await;
+    let expected = reference_of(&topics, total).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+}

@@ -9,6 +9,9 @@ use std::collections::HashMap;
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NodeInfo {
     pub run_id: String,
+    /// `master_replid`: a primary keeps it for as long as its data descends from the same history; it
+    /// changes when the server becomes a replica (it takes its primary's data) or is promoted.
+    pub replid: String,
     /// `FLUSHALL` and `FLUSHDB` calls since it started.
     pub flushes: u64,
     pub used_memory: i64,
@@ -24,6 +27,7 @@ impl NodeInfo {
             let Some((name, value)) = line.trim_end().split_once(':') else { continue };
             match name {
                 "run_id" => node.run_id = value.to_string(),
+                "master_replid" => node.replid = value.to_string(),
                 "used_memory" => node.used_memory = value.parse().unwrap_or(0),
                 "maxmemory" => node.maxmemory = value.parse().unwrap_or(0),
                 "cmdstat_flushall" | "cmdstat_flushdb" => node.flushes += calls(value),
@@ -61,6 +65,11 @@ impl Seen {
                     // The same process: lost data only if it was flushed since.
                     Some(old) if node.flushes > old.flushes => {
                         losses.push(format!("flush of {address} ({} {})", node.run_id, node.flushes))
+                    }
+                    // The same process with another replication history: it was a replica meanwhile
+                    // (its data replaced by a full synchronization) and was promoted again.
+                    Some(old) if node.replid != old.replid => {
+                        losses.push(format!("new replication history of {address} ({} {})", node.run_id, node.replid))
                     }
                     Some(_) => {}
                     // A process never seen at this address: restarted, or a replica promoted in its place.
@@ -110,12 +119,19 @@ mod tests {
     }
 
     #[test]
-    fn info_is_read_for_run_id_memory_and_flushes() {
-        let info = "# Server\r\nrun_id:abc\r\n# Memory\r\nused_memory:1024\r\nmaxmemory:0\r\n# Commandstats\r\n\
+    fn info_is_read_for_run_id_replication_id_memory_and_flushes() {
+        let info = "# Server\r\nrun_id:abc\r\n# Replication\r\nmaster_replid:r1\r\n# Memory\r\nused_memory:1024\r\nmaxmemory:0\r\n# Commandstats\r\n\
                     cmdstat_flushall:calls=2,usec=10,usec_per_call=5.00\r\ncmdstat_flushdb:calls=1,usec=1\r\n";
         assert_eq!(
             NodeInfo::parse(info),
-            NodeInfo { run_id: "abc".into(), flushes: 3, used_memory: 1024, maxmemory: 0, slots: Vec::new() }
+            NodeInfo {
+                run_id: "abc".into(),
+                replid: "r1".into(),
+                flushes: 3,
+                used_memory: 1024,
+                maxmemory: 0,
+                slots: Vec::new()
+            }
         );
     }
 
@@ -133,6 +149,19 @@ mod tests {
         // After a failover the promoted replica answers at its own address, and the old one is gone.
         let failed_over = seen.compare(HashMap::from([("a".into(), node("2", 0)), ("c".into(), node("4", 0))]));
         assert_eq!(failed_over, ["failover to c (4)"], "a replica promoted may lack the last writes");
+    }
+
+    #[test]
+    fn a_primary_whose_replication_id_changed_holds_another_history() {
+        let with = |replid: &str| NodeInfo { run_id: "1".into(), replid: replid.into(), ..Default::default() };
+        let mut seen = Seen::default();
+        assert!(seen.compare(HashMap::from([("a".into(), with("x"))])).is_empty());
+        assert!(seen.compare(HashMap::from([("a".into(), with("x"))])).is_empty());
+        // The same process, made a replica of another server and promoted again: its data is what it
+        // synchronized from there, whatever that held.
+        let replaced = seen.compare(HashMap::from([("a".into(), with("y"))]));
+        assert_eq!(replaced, ["new replication history of a (1 y)"]);
+        assert!(seen.compare(HashMap::from([("a".into(), with("y"))])).is_empty(), "seen once");
     }
 
     fn primary(run_id: &str, slots: &[(u16, u16)]) -> NodeInfo {

@@ -201,7 +201,7 @@ pub async fn clear_healing(
 /// One command of `INFO`'s sections that loss detection and the memory gauges read.
 pub fn info() -> Cmd {
     let mut cmd = redis::cmd("INFO");
-    cmd.arg("server").arg("memory").arg("commandstats");
+    cmd.arg("server").arg("replication").arg("memory").arg("commandstats");
     cmd
 }
 
