@@ -110,8 +110,8 @@ pub struct ErrorBody {
 #[into_params(parameter_in = Query)]
 #[allow(dead_code)]
 pub struct PageQuery {
-    /// Page number, from 1 (at most 92233720368547758, so that `page × pageSize` stays a 64-bit index).
-    #[param(minimum = 1, maximum = 92233720368547758_u64, default = 1)]
+    /// Page number, from 1. A page past the last one answers an empty `items` list.
+    #[param(minimum = 1, default = 1)]
     page: Option<u64>,
     /// Items per page, from 1 to 100.
     #[param(rename = "pageSize", minimum = 1, maximum = 100, default = 20)]

@@ -1,14 +1,21 @@
 //! `page` and `pageSize`, parsed strictly from the raw query string (api.md 4.5): digits only, within
 //! bounds, each given at most once; anything else is 400 with a JSON string body. A page links to the
 //! first, previous, next and last pages in its `Link` header ([`Pagination::links`]).
+//!
+//! `page` has no upper bound but that of its type (api.md 8 gives it none): any 64-bit integer from 1 is a
+//! page, and a page past the last one is answered with no items, as the rules of 4.5 expect of a client
+//! that reads on.
 
 use crate::error::ApiError;
 use crate::read::Span;
 
 pub const DEFAULT_PAGE_SIZE: u64 = 20;
 pub const MAX_PAGE_SIZE: u64 = 100;
-/// The largest page accepted: past it `page × pageSize` would not fit the signed 64-bit ranges Redis takes.
-pub const MAX_PAGE: u64 = (i64::MAX as u64) / MAX_PAGE_SIZE;
+/// The largest page accepted: the largest signed 64-bit integer, the `int64` the OpenAPI document gives
+/// `page`. Pages whose items would lie past the ranges Redis takes read the end of the list: no items.
+pub const MAX_PAGE: u64 = i64::MAX as u64;
+/// The largest index a Redis range takes.
+const MAX_INDEX: u64 = i64::MAX as u64;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Pagination {
@@ -34,14 +41,15 @@ impl Pagination {
         Ok(Self { page: page.unwrap_or(1), page_size: page_size.unwrap_or(DEFAULT_PAGE_SIZE) })
     }
 
-    /// The zero-based index of the first item of the page.
+    /// The zero-based index of the first item of the page; for a page that far past any list, the
+    /// largest index Redis takes, past the end of every list.
     pub fn start(&self) -> u64 {
-        (self.page - 1) * self.page_size
+        (self.page - 1).saturating_mul(self.page_size).min(MAX_INDEX)
     }
 
-    /// The zero-based index of the last item of the page.
+    /// The zero-based index of the last item of the page, no larger than the largest index Redis takes.
     pub fn stop(&self) -> u64 {
-        self.start() + self.page_size - 1
+        self.start().saturating_add(self.page_size - 1).min(MAX_INDEX)
     }
 
     /// The items of the page.
@@ -51,7 +59,7 @@ impl Pagination {
 
     /// The last page of `total` items: 1 when there are none.
     pub fn last(&self, total: u64) -> u64 {
-        total.div_ceil(self.page_size).clamp(1, MAX_PAGE)
+        total.div_ceil(self.page_size).max(1)
     }
 
     /// The `Link` header of this page of `total` items (RFC 8288): `first`, `prev` (but on page 1),
@@ -208,7 +216,37 @@ mod tests {
     #[test]
     fn the_largest_page_still_has_a_valid_range() {
         let last = parse(&format!("page={MAX_PAGE}&pageSize=100")).unwrap();
-        assert!(last.stop() <= i64::MAX as u64);
+        assert_eq!(last.page, 9_223_372_036_854_775_807, "any int64 from 1 is a page");
+        assert!(last.start() <= last.stop() && last.stop() <= i64::MAX as u64);
         assert!(parse(&format!("page={}", MAX_PAGE + 1)).is_err());
+        assert_eq!(
+            parse(&format!("page={}", MAX_PAGE + 1)).unwrap_err(),
+            "page must be an integer from 1 to 9223372036854775807"
+        );
+    }
+
+    #[test]
+    fn a_page_far_past_any_list_reads_past_its_end() {
+        // The first page whose items lie beyond the largest index Redis takes, and pages far beyond it.
+        let beyond = MAX_INDEX / 100 + 2;
+        for query in [
+            format!("page={beyond}&pageSize=100"),
+            format!("page={MAX_PAGE}&pageSize=100"),
+            format!("page={MAX_PAGE}&pageSize=2"),
+        ] {
+            let page = parse(&query).unwrap();
+            assert_eq!((page.start(), page.stop()), (MAX_INDEX, MAX_INDEX), "{query}");
+        }
+        // Below it, the range is the page's own.
+        let page = parse(&format!("page={}&pageSize=100", MAX_INDEX / 100)).unwrap();
+        assert_eq!(page.start(), (MAX_INDEX / 100 - 1) * 100);
+        assert_eq!(page.stop(), page.start() + 99);
+    }
+
+    #[test]
+    fn a_page_far_past_the_last_links_back_to_the_last() {
+        let header = links(&format!("page={MAX_PAGE}&pageSize=10"), 25);
+        assert_eq!(header[1], "</v1/studies?page=3&pageSize=10>; rel=\"prev\"");
+        assert_eq!(header.len(), 3, "no next");
     }
 }
