@@ -40,17 +40,20 @@ pub struct Study {
 pub struct Interview {
     /// Identifier of the interview.
     pub id: String,
-    /// Participant identity when available; null otherwise.
+    /// Participant identity when available; null otherwise. Always present.
+    #[schema(required = true)]
     pub participant: Option<Participant>,
     /// Facets associated with the interview.
     pub facets: Vec<Facet>,
-    /// Temporary link to the stored video, valid 15 minutes from this response; null when there is no
-    /// stored video, no storage configuration, or the link could not be made. Request again for a fresh one.
+    /// Temporary link to download the stored video, valid 15 minutes from this response; null when there is
+    /// no downloadable stored video, its storage details are unavailable, or the link could not be made.
+    /// Always present. Request the interview again for a fresh link.
     #[serde(rename = "videoDownloadURL")]
-    #[schema(format = "uri")]
+    #[schema(format = "uri", required = true)]
     pub video_download_url: Option<String>,
-    /// The participant's messages as a WebVTT document; null when there are none.
+    /// The participant's messages as a WebVTT document; null when there are none. Always present.
     #[serde(rename = "transcriptAsWebVTT")]
+    #[schema(required = true)]
     pub transcript_as_web_vtt: Option<String>,
     #[schema(format = DateTime)]
     pub created_at: String,
@@ -62,7 +65,8 @@ pub struct Interview {
 pub struct Participant {
     /// Identifier of the participant.
     pub id: String,
-    /// First name and the initial of the last name; null when unavailable.
+    /// First name and the initial of the last name; null when unavailable. Always present.
+    #[schema(required = true)]
     pub name: Option<String>,
 }
 
