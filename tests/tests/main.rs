@@ -8,6 +8,7 @@ mod counting;
 mod crash_recovery;
 mod docs_page;
 mod edge;
+mod event_schemas;
 mod freshness;
 mod http;
 mod media;
