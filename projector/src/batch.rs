@@ -11,21 +11,30 @@
 //! Steps 2 and 3 retry with backoff until they succeed or the projector shuts down. A crash anywhere
 //! replays the batch, which changes nothing the second time: every write checks the aggregate's sequence.
 //!
+//! In traces, each batch is a span linked to the trace of every message that carries a `traceparent`
+//! header (up to [`MAX_LINKS`]): the projector applies many messages at once, so it follows each one's
+//! trace by a link rather than joining it.
+//!
 //! Before step 3, and again after every Redis error, the [`Guard`] asks whether Redis may have lost data
 //! since it last looked (a restart, a failover, a flush). If it did, the batch is dropped unwritten: folded
 //! onto lost state it would be wrong for good. The caller heals, and the batch is read again.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use opentelemetry::propagation::TextMapPropagator;
+use opentelemetry::trace::TraceContextExt;
+use opentelemetry_sdk::propagation::TraceContextPropagator;
 use shared::{decode, Decoded, Event, Keyspace, Topic};
 use tokio::sync::watch;
+use tracing::Instrument;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
 
 use crate::backoff::Backoff;
 use crate::observe::{Metrics, Outcome, Tally};
 use crate::source::Source;
-pub use crate::source::{BrokerError, DeadLetter, Partition, Record};
+pub use crate::source::{Batch, BrokerError, DeadLetter, Partition, Record};
 use crate::store::{Applied, Group, Store, StoreError};
 
 /// What one call of [`step`] did.
@@ -91,7 +100,9 @@ pub async fn step(
     }
     let records: Vec<Record<'_>> = batch.records().collect();
     guard.positions(source.positions());
-    match project(&records, source, store, metrics, guard, stopped).await {
+    let span = batch_span(&batch);
+    let poison = Poison { source, batch: &batch };
+    match project(&records, &poison, store, metrics, guard, stopped).instrument(span.clone()).await {
         Ok(()) => {}
         Err(Interrupted::Stopped) => return Step::Stopped,
         Err(interrupted @ (Interrupted::Lost(_) | Interrupted::Unanswered)) => {
@@ -106,8 +117,27 @@ pub async fn step(
         }
     }
     // Shutting down: commit synchronously, so that a restart does not apply the batch again.
-    source.commit(&batch, *stopped.borrow());
+    span.in_scope(|| source.commit(&batch, *stopped.borrow()));
     Step::Applied(records.len())
+}
+
+/// The most messages' traces one batch's span links to (the SDK's own limit on links per span).
+pub const MAX_LINKS: usize = 128;
+
+/// A batch's span, linked to the trace context (`traceparent`, `tracestate`) of each of its messages
+/// that carries one, each context once.
+fn batch_span(batch: &Batch) -> tracing::Span {
+    let span = tracing::info_span!("batch", messages = batch.len(), links = tracing::field::Empty);
+    let propagator = TraceContextPropagator::new();
+    let mut linked = HashSet::new();
+    for carrier in batch.carriers() {
+        let context = propagator.extract(&carrier).span().span_context().clone();
+        if context.is_valid() && linked.len() < MAX_LINKS && linked.insert((context.trace_id(), context.span_id())) {
+            span.add_link(context);
+        }
+    }
+    span.record("links", linked.len());
+    span
 }
 
 /// Where poison messages go; the broker's dead-letter topics, or nowhere for a benchmark from memory.
@@ -115,9 +145,15 @@ pub trait SetAside {
     fn set_aside(&self, letters: &[DeadLetter]) -> impl Future<Output = Result<(), BrokerError>> + Send;
 }
 
-impl SetAside for Source {
+/// The broker's dead-letter topics, for the poison of one batch: each letter keeps its message's headers.
+struct Poison<'a> {
+    source: &'a Source,
+    batch: &'a Batch,
+}
+
+impl SetAside for Poison<'_> {
     async fn set_aside(&self, letters: &[DeadLetter]) -> Result<(), BrokerError> {
-        self.write_dead_letters(letters).await
+        self.source.write_dead_letters(letters, self.batch).await
     }
 }
 

@@ -1,13 +1,15 @@
 //! The consumer and producer as librdkafka sees them: client settings, the context that turns
-//! librdkafka's statistics into lag gauges, and batches of messages.
+//! librdkafka's statistics into lag gauges, and batches of messages (with their headers, which carry the
+//! product's trace context).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use opentelemetry::propagation::Extractor;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::KafkaResult;
-use rdkafka::message::{Message, OwnedMessage};
+use rdkafka::message::{Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::FutureProducer;
 use rdkafka::statistics::Statistics;
 use rdkafka::{ClientConfig, ClientContext};
@@ -125,6 +127,33 @@ impl Batch {
             key: m.key(),
             value: m.payload(),
         })
+    }
+
+    /// The headers of the message read from `topic`, `partition` and `offset`, if it is in the batch and
+    /// has any.
+    pub fn headers_of(&self, topic: &str, partition: i32, offset: i64) -> Option<&OwnedHeaders> {
+        let (_, m) =
+            self.0.iter().find(|(_, m)| m.offset() == offset && m.partition() == partition && m.topic() == topic)?;
+        m.headers()
+    }
+
+    /// The headers of each message that has any, as a trace-context propagator reads them.
+    pub fn carriers(&self) -> impl Iterator<Item = Carrier<'_>> {
+        self.0.iter().filter_map(|(_, m)| m.headers()).map(Carrier)
+    }
+}
+
+/// A message's headers as OpenTelemetry's propagators read them: where the product puts a `traceparent`.
+pub struct Carrier<'a>(&'a OwnedHeaders);
+
+impl Extractor for Carrier<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        let header = self.0.iter().find(|h| h.key.eq_ignore_ascii_case(key))?;
+        std::str::from_utf8(header.value?).ok()
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.iter().map(|h| h.key).collect()
     }
 }
 

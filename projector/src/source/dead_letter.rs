@@ -1,9 +1,10 @@
 //! Dead letters: messages set aside with the reason, listed for an operator, and replayed after a fix.
 //!
-//! A dead letter is the original message (key and value as they were) published to `<topic>.dlq`, with
-//! headers saying why and where it came from. A replay publishes each one back to its original topic,
-//! where it goes through the same rules as any message: one that is still bad returns to the dead-letter
-//! topic. Which dead letters were replayed is remembered as the offsets of the consumer group
+//! A dead letter is the original message (key, value and headers as they were) published to
+//! `<topic>.dlq`, with `dlq-*` headers added saying why and where it came from. A replay publishes each one
+//! back to its original topic with the original headers (the `dlq-*` ones left out), so a `traceparent` the
+//! product set follows the message there; it goes through the same rules as any message: one that is
+//! still bad returns to the dead-letter topic. Which dead letters were replayed is remembered as the offsets of the consumer group
 //! `<group>-dlq-replay`, so a replay never publishes the same dead letter twice.
 
 use std::collections::{BTreeMap, HashMap};
@@ -17,7 +18,7 @@ use rdkafka::Offset;
 use shared::Topic;
 
 use super::offsets::{partition_list, partitions};
-use super::{consumer, BrokerError, Partition, Record};
+use super::{consumer, Batch, BrokerError, Partition, Record};
 use crate::config::Config;
 
 const REASON: &str = "dlq-reason";
@@ -27,6 +28,8 @@ const OFFSET: &str = "dlq-offset";
 /// Set when the broker would not take the original value: its size, and the value is left out.
 const VALUE_DROPPED: &str = "dlq-value-dropped";
 const SUFFIX: &str = ".dlq";
+/// What the names of the headers a dead letter adds begin with.
+const PREFIX: &str = "dlq-";
 /// The most bytes of a reason a letter carries: a reason may quote the offending value, and a header of
 /// megabytes would make a letter no dead-letter topic takes.
 const REASON_LIMIT: usize = 1024;
@@ -87,15 +90,17 @@ fn capped(mut reason: String) -> String {
     reason
 }
 
-/// Writes every dead letter to its dead-letter topic and waits until the broker has them all. A letter
-/// whose value is larger than the broker takes goes without it (its key, where it came from, why, and
-/// the size of what was left out), so that no message can stall its partition for ever.
-pub async fn write(producer: &FutureProducer, letters: &[DeadLetter]) -> Result<(), KafkaError> {
+/// Writes every dead letter of `batch` to its dead-letter topic, with the headers its message came with,
+/// and waits until the broker has them all. A letter whose value is larger than the broker takes goes
+/// without it (its key, headers, where it came from, why, and the size of what was left out), so that no
+/// message can stall its partition for ever.
+pub async fn write(producer: &FutureProducer, letters: &[DeadLetter], batch: &Batch) -> Result<(), KafkaError> {
     let sends = letters.iter().map(|letter| async move {
-        match send(producer, letter, false).await {
+        let original = batch.headers_of(&letter.topic, letter.partition, letter.offset);
+        match send(producer, letter, original, false).await {
             Err(KafkaError::MessageProduction(RDKafkaErrorCode::MessageSizeTooLarge)) => {
                 tracing::warn!(topic = %letter.topic, offset = letter.offset, "dead letter too large; set aside without its value");
-                send(producer, letter, true).await
+                send(producer, letter, original, true).await
             }
             sent => sent,
         }
@@ -103,7 +108,12 @@ pub async fn write(producer: &FutureProducer, letters: &[DeadLetter]) -> Result<
     futures::future::try_join_all(sends).await.map(|_| ())
 }
 
-async fn send(producer: &FutureProducer, letter: &DeadLetter, drop_value: bool) -> Result<(), KafkaError> {
+async fn send(
+    producer: &FutureProducer,
+    letter: &DeadLetter,
+    original: Option<&OwnedHeaders>,
+    drop_value: bool,
+) -> Result<(), KafkaError> {
     let topic = dead_letter_topic(&letter.topic);
     let (partition, offset) = (letter.partition.to_string(), letter.offset.to_string());
     let dropped = format!("{} bytes", letter.value.as_ref().map_or(0, Vec::len));
@@ -112,14 +122,21 @@ async fn send(producer: &FutureProducer, letter: &DeadLetter, drop_value: bool) 
     if drop_value {
         fields.push((VALUE_DROPPED, &dropped));
     }
-    let headers = fields.into_iter().fold(OwnedHeaders::new(), |headers, (key, value)| {
-        headers.insert(Header { key, value: Some(value.as_bytes()) })
-    });
+    // The original's headers first (any `dlq-*` among them are this letter's to say), then its own.
+    let headers = original.map_or_else(OwnedHeaders::new, |h| without_dead_letter_headers(h.iter()));
+    let headers = fields
+        .into_iter()
+        .fold(headers, |headers, (key, value)| headers.insert(Header { key, value: Some(value.as_bytes()) }));
     let mut record = letter.record(&topic).headers(headers);
     if drop_value {
         record.payload = None;
     }
     producer.send(record, Duration::from_secs(10)).await.map(|_| ()).map_err(|(e, _)| e)
+}
+
+/// Headers without the ones a dead letter adds.
+fn without_dead_letter_headers<'a>(headers: impl Iterator<Item = Header<'a, &'a [u8]>>) -> OwnedHeaders {
+    headers.filter(|h| !h.key.starts_with(PREFIX)).fold(OwnedHeaders::new(), |kept, h| kept.insert(h))
 }
 
 /// A dead letter as read back, with where it sits in its dead-letter topic.
@@ -128,6 +145,8 @@ pub struct Listed {
     pub at: Partition,
     pub at_offset: i64,
     pub letter: DeadLetter,
+    /// The headers the original message came with (the dead letter's own `dlq-*` ones left out).
+    pub headers: OwnedHeaders,
 }
 
 /// Reads the dead-letter topics from the group's committed offsets (or the beginning, unless
@@ -178,7 +197,8 @@ fn read(consumer: &BaseConsumer, config: &Config, from_committed: bool) -> Resul
             value: m.payload().map(<[u8]>::to_vec),
             reason: header(REASON).unwrap_or_default(),
         };
-        letters.push(Listed { at, at_offset: m.offset(), letter });
+        let headers = m.headers().map_or_else(OwnedHeaders::new, |h| without_dead_letter_headers(h.iter()));
+        letters.push(Listed { at, at_offset: m.offset(), letter, headers });
     }
     Ok(letters)
 }
@@ -196,7 +216,8 @@ pub async fn replay(config: &Config) -> Result<usize, BrokerError> {
     let producer = consumer::producer(config)?;
     for listed in &letters {
         let letter = &listed.letter;
-        producer.send(letter.record(&letter.topic), Duration::from_secs(10)).await.map_err(|(e, _)| e)?;
+        let record = letter.record(&letter.topic).headers(listed.headers.clone());
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e)?;
     }
     let mut next = BTreeMap::new();
     for listed in &letters {

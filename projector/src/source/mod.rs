@@ -101,9 +101,10 @@ impl Source {
         }
     }
 
-    /// Writes dead letters and waits until the broker has them all.
-    pub async fn write_dead_letters(&self, letters: &[DeadLetter]) -> Result<(), BrokerError> {
-        Ok(dead_letter::write(&self.producer, letters).await?)
+    /// Writes dead letters of `batch`, each with its message's headers, and waits until the broker has
+    /// them all.
+    pub async fn write_dead_letters(&self, letters: &[DeadLetter], batch: &Batch) -> Result<(), BrokerError> {
+        Ok(dead_letter::write(&self.producer, letters, batch).await?)
     }
 
     /// Commits a batch that was applied: asynchronously, or synchronously when `sync` (shutting down).
