@@ -5,7 +5,7 @@ use std::time::Duration;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use shared::Topic;
@@ -88,6 +88,21 @@ pub async fn publish(producer: &FutureProducer, topics: &Topics, messages: &[Out
             result.map_err(|(e, _)| e).expect("message delivered");
         }
     }
+}
+
+/// Publishes one message with headers, as the product sets a `traceparent` on the events it publishes.
+pub async fn publish_with_headers(
+    producer: &FutureProducer,
+    topics: &Topics,
+    message: &Outgoing,
+    headers: &[(&str, &str)],
+) {
+    let headers = headers
+        .iter()
+        .fold(OwnedHeaders::new(), |all, (key, value)| all.insert(Header { key, value: Some(value.as_bytes()) }));
+    let record =
+        FutureRecord::to(topics.name(message.topic)).key(&message.key).payload(&message.value).headers(headers);
+    producer.send(record, Duration::from_secs(30)).await.map_err(|(e, _)| e).expect("message delivered");
 }
 
 /// A message read back from a topic, with its headers as strings.

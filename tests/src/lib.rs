@@ -13,6 +13,7 @@ pub mod faults;
 pub mod fixture;
 pub mod kafka;
 pub mod metrics;
+pub mod otlp;
 pub mod own_redis;
 pub mod read_model;
 mod rng;

@@ -23,4 +23,5 @@ mod resharding;
 mod resilience;
 mod revocation;
 mod scale_out;
+mod traces;
 mod transcripts;

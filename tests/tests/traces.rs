@@ -1,0 +1,124 @@
+//! Traces across the bus: the real binaries export to a receiver of the test's own (`otlp`) when
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` names it. A request carrying a W3C `traceparent` is traced under the
+//! caller's trace; a batch of the projector links to the trace of each message whose headers carry one;
+//! and a dead letter keeps the headers of its message, through a replay too.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use end_to_end::events::{event, raw, Outgoing};
+use end_to_end::kafka::{self, Topics};
+use end_to_end::otlp::Receiver;
+use end_to_end::runner::{self, KillOnDrop};
+use end_to_end::{env, eventually, redis_cluster, unique};
+use serde_json::json;
+use shared::Topic;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+/// A fresh `traceparent` (version 00, sampled): the caller's trace id and span id, and the header.
+fn traceparent() -> (String, String, String) {
+    let trace_id = uuid::Uuid::new_v4().simple().to_string();
+    let span_id = uuid::Uuid::new_v4().simple().to_string()[..16].to_string();
+    let header = format!("00-{trace_id}-{span_id}-01");
+    (trace_id, span_id, header)
+}
+
+/// A binary's settings to export to `receiver` without waiting long between batches of spans.
+fn exporting_to(command: &mut Command, receiver: &Receiver) {
+    command.env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint).env("OTEL_BSP_SCHEDULE_DELAY", "100");
+}
+
+fn study(id: &str) -> Outgoing {
+    event(Topic::Study, "org", id, 1, "study.created", "2026-05-01T10:00:00Z", json!({"internalTitle": "A"}))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id() {
+    let receiver = Receiver::start().await;
+    let exe = std::env::current_exe().expect("test binary path");
+    let binary = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("query-api");
+    assert!(binary.exists(), "{} is missing: run `cargo build -p query-api` first", binary.display());
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let address = format!("http://127.0.0.1:{port}");
+    let mut command = Command::new(binary);
+    command
+        .args(["--listen-addr", &format!("127.0.0.1:{port}"), "--admin-addr", "off", "--key-prefix", &unique("api")])
+        .args(["--redis-url", &env("REDIS_URL"), "--s3-disabled", "true"])
+        .arg(format!("--redis-cluster={}", redis_cluster()))
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null());
+    exporting_to(&mut command, &receiver);
+    let _api = KillOnDrop(command.spawn().expect("query-api starts"));
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    eventually(Duration::from_secs(10), "the API to answer /livez", || async {
+        let live = client.get(format!("{address}/livez")).send().await;
+        live.is_ok_and(|r| r.status() == 200).then_some(())
+    })
+    .await;
+
+    let (trace_id, caller, header) = traceparent();
+    let response = client
+        .get(format!("{address}/v1/studies"))
+        .header("traceparent", &header)
+        .header("tracestate", "product=1")
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(response.status(), 401, "no key: still a request, still traced");
+
+    let span = receiver
+        .wait_for(WAIT, "the request's span under the caller's trace id", |span| span.trace_id == trace_id)
+        .await;
+    assert_eq!(span.service, "query-api", "{span:?}");
+    assert_eq!(span.name, "request", "{span:?}");
+    assert_eq!(span.parent_span_id, caller, "a child of the caller's span: {span:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_published_events_trace_reaches_the_projectors_batch_span() {
+    let receiver = Receiver::start().await;
+    let topics = Topics::create().await;
+    let (trace_id, producer_span, header) = traceparent();
+    kafka::publish_with_headers(&kafka::producer(), &topics, &study("s1"), &[("traceparent", &header)]).await;
+
+    let mut command = runner::command(&topics, &unique("rm"), &unique("g"), &[]);
+    command.stdout(Stdio::null());
+    exporting_to(&mut command, &receiver);
+    let _projector = KillOnDrop(command.spawn().expect("projector starts"));
+
+    let links_the_event = |span: &end_to_end::otlp::Span| span.links.iter().any(|(trace, _)| *trace == trace_id);
+    let span = receiver.wait_for(WAIT, "a batch span linked to the event's trace", links_the_event).await;
+    assert_eq!(span.service, "projector", "{span:?}");
+    assert_eq!(span.name, "batch", "{span:?}");
+    assert_ne!(span.trace_id, trace_id, "linked, not joined: a batch holds many messages' traces");
+    assert!(span.links.contains(&(trace_id.clone(), producer_span)), "the link names the producer's span: {span:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_keeps_its_messages_headers_and_a_replay_publishes_them_back() {
+    let topics = Topics::create().await;
+    let (_, _, header) = traceparent();
+    let poison = raw(Topic::Study, "s1", "{broken");
+    let headers = [("traceparent", header.as_str()), ("origin", "product")];
+    kafka::publish_with_headers(&kafka::producer(), &topics, &poison, &headers).await;
+    let running = runner::spawn_caught_up(&topics, 1, WAIT).await;
+
+    let dlq = kafka::read(&format!("{}.dlq", topics.study), 1, WAIT).await;
+    assert_eq!(dlq.len(), 1, "{dlq:?}");
+    let letter = &dlq[0];
+    assert_eq!(letter.header("traceparent"), Some(header.as_str()), "{letter:?}");
+    assert_eq!(letter.header("origin"), Some("product"), "{letter:?}");
+    assert!(letter.header("dlq-reason").is_some_and(|r| r.contains("invalid envelope")), "{letter:?}");
+
+    let replayed = runner::succeed(&topics, running.prefix(), running.group(), &["dlq", "replay"], WAIT).await;
+    assert_eq!(replayed.trim(), "replayed 1 dead letters");
+    let study = kafka::read(&topics.study, 2, WAIT).await;
+    assert_eq!(study.len(), 2, "the message and its replay: {study:?}");
+    for message in &study {
+        assert_eq!(message.header("traceparent"), Some(header.as_str()), "{message:?}");
+        assert_eq!(message.header("origin"), Some("product"), "{message:?}");
+        assert!(message.headers.iter().all(|(key, _)| !key.starts_with("dlq-")), "{message:?}");
+    }
+    running.stop().await;
+}
