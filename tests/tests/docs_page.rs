@@ -15,13 +15,16 @@ fn chromium(url: &str, args: &[&str]) -> String {
         .find(|b| Path::new(b).exists())
         .expect("Debian's chromium is installed (scripts/stack install does it)");
     let profile = std::env::temp_dir().join(unique("chromium"));
+    std::fs::create_dir_all(&profile).expect("a profile directory");
+    // Into a file, not a pipe: a DOM larger than a pipe holds would stall chromium until it is read.
+    let out = profile.join("stdout");
     let mut child = Command::new(binary)
         .args(["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run"])
         .arg(format!("--user-data-dir={}", profile.display()))
         .arg("--virtual-time-budget=30000")
         .args(args)
         .arg(url)
-        .stdout(Stdio::piped())
+        .stdout(std::fs::File::create(&out).expect("a file for chromium's output"))
         .stderr(Stdio::null())
         .spawn()
         .expect("chromium starts");
@@ -33,9 +36,9 @@ fn chromium(url: &str, args: &[&str]) -> String {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    let output = child.wait_with_output().expect("chromium output");
+    let output = std::fs::read(&out).expect("chromium's output");
     let _ = std::fs::remove_dir_all(profile);
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    String::from_utf8_lossy(&output).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -62,6 +65,10 @@ async fn the_reference_page_renders_every_operation_and_both_authentication_sche
     }
     for scheme in ["bearerAuth", "serviceApiKey"] {
         assert!(dom.contains(scheme), "the page shows the authentication scheme {scheme}");
+    }
+    // How to authenticate, in the words a client sends.
+    for header in ["Authorization: Bearer", "Service-Api-Key:"] {
+        assert!(dom.contains(header), "the page shows the header {header:?}");
     }
 
     let shot: PathBuf = Path::new(env!("CARGO_TARGET_TMPDIR")).join("api-reference.png");
