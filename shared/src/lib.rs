@@ -12,6 +12,7 @@ pub mod keys;
 #[cfg(feature = "process")]
 pub mod process;
 pub mod projectors;
+pub mod scope;
 pub mod time;
 
 pub use documents::{Facet, InterviewDocument, Participant, StudyDocument, VideoObject};

@@ -1,9 +1,13 @@
 //! Noticing that the read model's Redis lost data, from what every primary says of itself: a primary
 //! that restarted (its `run_id` changed), was replaced (a failover: a primary gone and another new) or was flushed (`FLUSHALL`/`FLUSHDB`
 //! counted in its command statistics) may hold less than the projector applied to it. What it still holds
-//! is told by its positions ([`crate::store::position`]); the projector reads again from there.
+//! is told by its positions ([`crate::store::position`]); the projector reads again from there. Each
+//! loss names the slots of the primary it happened on ([`shared::scope`]): the API goes on serving the
+//! organizations whose keys live elsewhere.
 
 use std::collections::HashMap;
+
+use shared::scope::describe;
 
 /// What one primary says of itself in `INFO server memory commandstats`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,18 +67,24 @@ impl Seen {
             for (address, node) in &now {
                 match before.get(node.run_id.as_str()) {
                     // The same process: lost data only if it was flushed since.
-                    Some(old) if node.flushes > old.flushes => {
-                        losses.push(format!("flush of {address} ({} {})", node.run_id, node.flushes))
-                    }
+                    Some(old) if node.flushes > old.flushes => losses.push(format!(
+                        "flush of {address} ({} {}){}",
+                        node.run_id,
+                        node.flushes,
+                        describe(&node.slots)
+                    )),
                     // The same process with another replication history: it was a replica meanwhile
                     // (its data replaced by a full synchronization) and was promoted again.
-                    Some(old) if node.replid != old.replid => {
-                        losses.push(format!("new replication history of {address} ({} {})", node.run_id, node.replid))
-                    }
+                    Some(old) if node.replid != old.replid => losses.push(format!(
+                        "new replication history of {address} ({} {}){}",
+                        node.run_id,
+                        node.replid,
+                        describe(&node.slots)
+                    )),
                     Some(_) => {}
                     // A process never seen at this address: restarted, or a replica promoted in its place.
                     None if self.last.contains_key(address) || self.vanished.contains_key(address) => {
-                        losses.push(format!("restart of {address} ({})", node.run_id))
+                        losses.push(format!("restart of {address} ({}){}", node.run_id, describe(&node.slots)))
                     }
                     // A primary new to the cluster holds only what was moved to it, unless it serves the
                     // slots of one that went away: then it is a replica promoted, maybe without the last
@@ -82,7 +92,7 @@ impl Seen {
                     None if self.vanished.values().any(|gone| overlap(&gone.slots, &node.slots))
                         || self.last.keys().any(|gone| !now.contains_key(gone)) =>
                     {
-                        losses.push(format!("failover to {address} ({})", node.run_id))
+                        losses.push(format!("failover to {address} ({}){}", node.run_id, describe(&node.slots)))
                     }
                     None => {}
                 }
@@ -179,7 +189,7 @@ mod tests {
         // Its replica `c`, promoted, serves them.
         let c = primary("rc", &[(0, 8191)]);
         let promoted = seen.compare(HashMap::from([("b".into(), b.clone()), ("c".into(), c.clone())]));
-        assert_eq!(promoted, ["failover to c (rc)"]);
+        assert_eq!(promoted, ["failover to c (rc) slots=0-8191"], "it names the slots the new primary serves");
         // Seen once: the next look is quiet, and a primary added later with slots moved to it is no loss.
         assert!(seen.compare(HashMap::from([("b".into(), b.clone()), ("c".into(), c.clone())])).is_empty());
         let d = primary("rd", &[(100, 200)]);
