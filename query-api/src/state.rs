@@ -15,7 +15,7 @@ use shared::Keyspace;
 
 use crate::auth::key_cache::{KeyCache, KeyIndexEpoch};
 use crate::auth::rate_limit::{RateLimit, UnknownKeys};
-use crate::auth::Auth;
+use crate::auth::{Auth, Organization};
 use crate::config::Config;
 use crate::error::ApiError;
 use crate::links::Presigner;
@@ -82,6 +82,12 @@ impl AppState {
             self.refresh().await;
         }
         self.generation.keyspace().map_err(ApiError::NotReady)
+    }
+
+    /// Whether `org`'s part of the generation is complete: while some primaries of a cluster heal, the
+    /// organizations whose keys live there are answered 503 and the others are served.
+    pub fn serves_organization(&self, org: &Organization) -> Result<(), ApiError> {
+        self.generation.serves_organization(&org.keys, &org.id).map_err(ApiError::NotReady)
     }
 
     /// Re-reads the active generation, whether it is complete, how fresh it is, and the epochs of what is

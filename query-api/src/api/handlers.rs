@@ -38,7 +38,9 @@ impl FromRequestParts<AppState> for Organization {
         if let (Some(report), Some(standing)) = (parts.extensions.get::<Report>(), standing) {
             report.set(standing);
         }
-        Ok(found?)
+        let org = found?;
+        state.serves_organization(&org)?;
+        Ok(org)
     }
 }
 

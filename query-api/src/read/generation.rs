@@ -3,7 +3,10 @@
 //! (`crate::state::AppState::refresh`) reads it again a few times a second.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::RwLock;
 
+use shared::keys::slot;
+use shared::scope::Scope;
 use shared::Keyspace;
 
 use super::model::ReadModel;
@@ -20,6 +23,9 @@ const LOST: u8 = 2;
 /// The active generation is lower than one already served: Redis was restored from an older state, and
 /// no projector has put it forward again yet. Generations only go forward; an older one is not served.
 const BEHIND: u8 = 3;
+/// The projector is projecting again what some primaries of a cluster lost, not the key index: the
+/// organizations whose keys live in the slots of the loss are answered 503, the others are served.
+const HEALING_SOME: u8 = 4;
 
 pub struct Generation {
     prefix: String,
@@ -27,8 +33,10 @@ pub struct Generation {
     generation: AtomicU64,
     /// The highest generation this instance has served.
     highest: AtomicU64,
-    /// [`COMPLETE`], [`HEALING`] or [`LOST`].
+    /// [`COMPLETE`], [`HEALING`], [`HEALING_SOME`], [`LOST`] or [`BEHIND`].
     condition: AtomicU8,
+    /// While [`HEALING_SOME`]: the slots being projected again.
+    healing: RwLock<Scope>,
 }
 
 /// What a read of the active generation found.
@@ -49,6 +57,7 @@ impl Generation {
             generation: AtomicU64::new(UNKNOWN),
             highest: AtomicU64::new(UNKNOWN),
             condition: AtomicU8::new(COMPLETE),
+            healing: RwLock::new(Scope::nothing()),
         }
     }
 
@@ -65,6 +74,19 @@ impl Generation {
     /// The keys of the generation being served, or why none is.
     pub fn keyspace(&self) -> Result<Keyspace, &'static str> {
         self.serving().map(|generation| Keyspace::new(self.prefix.clone(), generation))
+    }
+
+    /// Whether `org`'s part of the generation being served is complete: while some primaries of a
+    /// cluster heal, an organization whose keys live there is not served.
+    pub fn serves_organization(&self, keys: &Keyspace, org: &str) -> Result<(), &'static str> {
+        if self.condition.load(Ordering::Acquire) == HEALING_SOME
+            && self.healing.read().expect("healing scope").contains(slot(&keys.org_epoch(org)))
+        {
+            return Err(
+                "the organization's part of the read model is incomplete: the projector is projecting it (again)",
+            );
+        }
+        Ok(())
     }
 
     /// The generation being served, or why none is.
@@ -108,9 +130,14 @@ impl Generation {
             return Found::Gone;
         }
         let keys = Keyspace::new(self.prefix.clone(), generation);
-        let condition = match model.healing_partitions(&keys).await {
-            Ok(0) => COMPLETE,
-            Ok(_) => HEALING,
+        // Healing where the key index lives is healing everywhere: any key's answer may be wrong.
+        let condition = match model.healing(&keys).await {
+            Ok(None) => COMPLETE,
+            Ok(Some(scope)) if scope.is_everything() || scope.contains(slot(&keys.api_key_epoch())) => HEALING,
+            Ok(Some(scope)) => {
+                *self.healing.write().expect("healing scope") = scope;
+                HEALING_SOME
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "could not read whether the read model is complete");
                 return Found::Nothing;

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use redis::{RedisError, RedisResult, Script, ScriptInvocation, Value};
 use shared::connection::{Connection, Settings, Target};
+use shared::scope::Scope;
 use shared::Keyspace;
 use tokio::sync::OnceCell;
 
@@ -388,12 +389,20 @@ impl ReadModel {
         replies.into_iter().map(|reply| Ok(redis::from_redis_value(reply)?)).collect()
     }
 
-    /// How many partitions the generation is being projected again on after Redis lost data (0: none,
-    /// the generation is complete as far as the projector knows).
-    pub async fn healing_partitions(&self, keys: &Keyspace) -> RedisResult<u64> {
-        let mut cmd = redis::cmd("HLEN");
+    /// Where the generation is being projected again after Redis lost data: the slots its losses touched,
+    /// or `None` when it is complete as far as the projector knows (no healing entry left).
+    pub async fn healing(&self, keys: &Keyspace) -> RedisResult<Option<Scope>> {
+        let mut cmd = redis::cmd("HVALS");
         cmd.arg(keys.healing());
-        self.query(&cmd).await
+        let entries: Vec<String> = self.query(&cmd).await?;
+        if entries.is_empty() {
+            return Ok(None);
+        }
+        let mut scope = Scope::nothing();
+        for entry in &entries {
+            scope.add(&Scope::of_loss(entry));
+        }
+        Ok(Some(scope))
     }
 
     /// The live projectors' reports (instance id → JSON `shared::ProjectorReport`), for how fresh the read
