@@ -30,7 +30,12 @@ pub struct Healing {
 impl Healing {
     /// Starts both on `redis_url` (the nodes of a cluster when `cluster`).
     pub async fn start(topics: &Topics, redis_url: &str, cluster: bool) -> Self {
-        let prefix = unique("heal");
+        Self::start_under(&unique("heal"), topics, redis_url, cluster).await
+    }
+
+    /// [`Self::start`], with the key prefix `prefix`.
+    pub async fn start_under(prefix: &str, topics: &Topics, redis_url: &str, cluster: bool) -> Self {
+        let prefix = prefix.to_string();
         let mut config = runner::config(topics, &prefix, &unique("g"));
         config.redis_url = redis_url.to_string();
         config.redis_cluster = cluster;

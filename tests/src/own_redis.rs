@@ -167,8 +167,18 @@ impl OwnCluster {
         .await;
     }
 
+    /// The node serving `slot` as a primary now: an index into `nodes`.
+    pub fn primary_of(&self, slot: u16) -> usize {
+        self.primary_and_replicas_of(slot).0
+    }
+
     /// The node serving `slot` as a primary now, and one of its replicas: indexes into `nodes`.
     pub fn primary_and_replica_of(&self, slot: u16) -> (usize, usize) {
+        let (primary, replica) = self.primary_and_replicas_of(slot);
+        (primary, replica.expect("the primary has a replica"))
+    }
+
+    fn primary_and_replicas_of(&self, slot: u16) -> (usize, Option<usize>) {
         let view = self.nodes[0].cli(&["cluster", "nodes"]);
         let lines: Vec<Vec<&str>> = view.lines().map(|line| line.split_whitespace().collect()).collect();
         let serves = |fields: &Vec<&str>| {
@@ -178,12 +188,12 @@ impl OwnCluster {
             })
         };
         let primary = lines.iter().find(|f| f[2].contains("master") && serves(f)).expect("a primary serves the slot");
-        let replica = lines.iter().find(|f| f[3] == primary[0]).expect("the primary has a replica");
+        let replica = lines.iter().find(|f| f[3] == primary[0]);
         let index = |fields: &Vec<&str>| {
             let port: u16 = fields[1].split(['@', ':']).nth(1).and_then(|p| p.parse().ok()).expect("a port");
             self.nodes.iter().position(|n| n.port == port).expect("a node of this cluster")
         };
-        (index(primary), index(replica))
+        (index(primary), replica.map(index))
     }
 
     /// The URLs the binaries take with `REDIS_CLUSTER=true`.

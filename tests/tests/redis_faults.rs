@@ -499,3 +499,55 @@ async fn a_redis_that_resynchronized_from_an_older_copy_and_was_promoted_again_i
     world.wait_converged(&expected, CONVERGENCE).await;
     assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_flushed_primary_makes_only_its_organizations_wait_and_the_others_are_served() {
+    use shared::keys::slot;
+    use shared::Keyspace;
+    let cluster = OwnCluster::start(Persistence::Snapshots).await;
+    let node_of = |key: &str| cluster.primary_of(slot(key));
+    // A prefix whose shared keys (the active generation, the projectors' reports, the healing entries,
+    // the key index) all live off one primary: the one flushed.
+    let (prefix, flushed) = (0..100)
+        .find_map(|_| {
+            let prefix = end_to_end::unique("heal");
+            let keys = Keyspace::new(prefix.clone(), 1);
+            let shared = [Keyspace::active_generation(&prefix), Keyspace::projectors(&prefix), keys.healing()];
+            let used: Vec<usize> = shared.iter().map(|k| node_of(k)).chain([node_of(&keys.api_key_epoch())]).collect();
+            (0..3).find(|n| !used.contains(n)).map(|n| (prefix, n))
+        })
+        .expect("a prefix whose shared keys leave a primary free");
+    let scenario = Scenario::generate(0x5eed_1114, 9, 8, 4);
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let (waiting, served): (Vec<String>, Vec<String>) =
+        scenario.organizations().into_iter().partition(|org| node_of(&keys.org_epoch(org)) == flushed);
+    assert!(!waiting.is_empty() && !served.is_empty(), "organizations on both sides: {waiting:?} {served:?}");
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let mut world = Healing::start_under(&prefix, &topics, &cluster.urls(), true).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let prober = Prober::start(&world.app, &scenario);
+    prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
+
+    assert_eq!(cluster.nodes[flushed].cli(&["FLUSHALL"]), "OK");
+    let detected = world.wait_detected(DETECTION).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    let healed = Instant::now();
+    let probes = prober.finish().await;
+    assert_no_wrong_answer_after(&probes, detected + GRACE);
+    let during = |orgs: &[String]| -> Vec<u16> {
+        probes
+            .iter()
+            .filter(|p| p.at >= detected + GRACE && p.at < healed && orgs.contains(&p.org))
+            .map(|p| p.status)
+            .collect()
+    };
+    let (waited, kept) = (during(&waiting), during(&served));
+    println!(
+        "while healing: {} answers to the flushed primary's organizations, {} to the others",
+        waited.len(),
+        kept.len()
+    );
+    assert!(waited.contains(&503), "the flushed primary's organizations waited: {waited:?}");
+    assert!(!kept.is_empty() && kept.iter().all(|s| *s == 200), "the others were served throughout: {kept:?}");
+}
