@@ -303,3 +303,22 @@ impl Publisher {
         self.task.await.expect("publisher")
     }
 }
+
+/// How long the API may go on answering from a lost read model after the projector detected the loss:
+/// its next reading of the generation's condition (every 100 ms in the tests), and the polling.
+pub const GRACE: Duration = Duration::from_millis(300);
+/// How long a loss may take to be detected.
+pub const DETECTION: Duration = Duration::from_secs(5);
+/// How long the read model may take to converge once the loss was detected.
+pub const CONVERGENCE: Duration = Duration::from_secs(120);
+
+/// The reference digest of `scenario`, built from scratch on the stack's Redis.
+pub async fn reference(topics: &Topics, scenario: &Scenario) -> String {
+    reference_of(topics, scenario.messages.len() as u64).await
+}
+
+/// The reference digest of the first `total` messages of `topics` (all of them), built from scratch.
+pub async fn reference_of(topics: &Topics, total: u64) -> String {
+    let keys = runner::build_from_scratch(topics, total).await;
+    runner::digest(&keys).await
+}

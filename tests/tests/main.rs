@@ -3,6 +3,7 @@
 //! (or its own Redis), so they run in parallel.
 
 mod api;
+mod cluster_faults;
 mod conventions;
 mod counting;
 mod crash_recovery;
