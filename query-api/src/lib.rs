@@ -15,7 +15,7 @@
 //!   `docs` the definition of section 9; `health` the operational routes. One route list (`api::v1`) feeds the router and the definition.
 //! - [`auth`]: section 5. `credential` finds the key in the headers; `key_cache` keeps keys that
 //!   authenticated; `rate_limit` throttles per key and unknown keys.
-//! - [`read`]: the read path. `model` is every Redis read (one script each); `cache` keeps reads in
+//! - [`read`]: the read path. `model` is every Redis read (one script each, the scripts in `scripts`); `cache` keeps reads in
 //!   memory, bounded in bytes; `transcript` sends a transcript beyond a request's byte budget in chunks;
 //!   `trust` is the epoch that vouches for what both caches keep; `generation` is the generation served;
 //!   `freshness` how fresh it is, from the projectors' reports.
@@ -47,7 +47,7 @@ pub use config::Config;
 /// The video-link signer, for its benchmark.
 pub use links::sigv4;
 /// The read model's scripts, for the benchmarks that load them.
-pub use read::model::{INTERVIEWS_PAGE, ONE_INTERVIEW, STUDIES_PAGE};
+pub use read::scripts::{INTERVIEWS_PAGE, ONE_INTERVIEW, STUDIES_PAGE};
 
 use edge::tasks::Tasks;
 use state::AppState;

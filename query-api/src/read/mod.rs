@@ -8,6 +8,7 @@ pub mod cache;
 pub mod freshness;
 pub mod generation;
 pub mod model;
+pub mod scripts;
 pub mod transcript;
 pub mod trust;
 
