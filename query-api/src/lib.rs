@@ -15,8 +15,9 @@
 //!   `docs` the definition of section 9; `health` the operational routes. One route list (`api::v1`) feeds the router and the definition.
 //! - [`auth`]: section 5. `credential` finds the key in the headers; `key_cache` keeps keys that
 //!   authenticated; `rate_limit` throttles per key and unknown keys.
-//! - [`read`]: the read path. `model` is every Redis read (one script each, the scripts in `scripts`); `cache` keeps reads in
-//!   memory, bounded in bytes; `transcript` sends a transcript beyond a request's byte budget in chunks;
+//! - [`read`]: the read path. `model` is every Redis read (one script each, the scripts in `scripts`);
+//!   `cache` keeps reads in memory, bounded in bytes; `transcript` sends a transcript beyond a request's
+//!   byte budget in chunks;
 //!   `trust` is the epoch that vouches for what both caches keep; `generation` is the generation served;
 //!   `freshness` how fresh it is, from the projectors' reports.
 //! - [`links`]: section 8's video links: `credentials`, the hand-written signer `sigv4`, `bucket` rules.
