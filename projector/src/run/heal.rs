@@ -31,8 +31,17 @@ pub struct Heal {
     pub watch: Watch,
     /// Losses this projector has read its partitions again for.
     answered: HashSet<String>,
-    /// A loss whose healing entries are not all written yet (the broker did not answer).
-    pending: Option<String>,
+    /// A loss not marked yet (Redis did not answer), or whose healing entries are not all written yet
+    /// (the broker did not answer).
+    pending: Option<Pending>,
+}
+
+/// A loss being marked: first the whole generation as incomplete, then each partition.
+#[derive(Clone)]
+struct Pending {
+    loss: String,
+    /// The whole generation is marked incomplete: the API answers 503 where the loss was.
+    marked: bool,
 }
 
 impl Heal {
@@ -61,13 +70,14 @@ impl Heal {
             store::check_no_eviction(&mut conn).await?;
         }
         tracing::error!(%loss, "the read model's Redis lost data; projecting again from what it holds");
-        let keys = projector.store.keys().clone();
         projector.store.forget_epochs();
-        if let Err(e) = mark_lost(projector, &mut conn, &keys, loss).await {
-            tracing::warn!(error = %e, "could not mark the read model as incomplete");
-        }
-        projector.metrics.redis.losses.inc();
-        self.pending = Some(loss.to_string());
+        // Counted once marked: until then the API cannot know, and the loss is not answered yet. A loss
+        // still being marked is marked again with this one, under one id.
+        let loss = match self.pending.take() {
+            Some(earlier) => format!("{}; {loss}", earlier.loss),
+            None => loss.to_string(),
+        };
+        self.pending = Some(Pending { loss, marked: false });
         self.settle(projector).await;
         Ok(())
     }
@@ -77,7 +87,19 @@ impl Heal {
     async fn settle(&mut self, projector: &mut Projector) {
         let mut conn = self.watch.conn();
         let keys = projector.store.keys().clone();
-        if let Some(loss) = self.pending.clone() {
+        if let Some(Pending { loss, marked }) = self.pending.clone() {
+            if !marked {
+                match mark_lost(projector, &mut conn, &keys, &loss).await {
+                    Ok(()) => {
+                        projector.metrics.redis.losses.inc();
+                        self.pending = Some(Pending { loss: loss.clone(), marked: true });
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not mark the read model as incomplete; trying again");
+                        return;
+                    }
+                }
+            }
             match mark_everything(projector, &mut conn, &keys, &loss).await {
                 Ok(()) => self.pending = None,
                 Err(e) => tracing::warn!(error = %e, "could not mark every partition as healing; trying again"),
