@@ -98,6 +98,19 @@ impl Healing {
         detected
     }
 
+    /// Stops `publisher` once it published a few more events, then waits until everything on `topics`
+    /// (the `initial` messages and what was published) is consumed and the active generation digests like
+    /// a from-scratch build of it. Returns how many events were published.
+    pub async fn converge_after(&mut self, publisher: Publisher, topics: &Topics, initial: usize) -> u64 {
+        publisher.wait_more(20).await;
+        let published = publisher.finish().await;
+        let total = initial as u64 + published;
+        self.projector.wait_until_consumed(total, CONVERGENCE).await;
+        let expected = reference_of(topics, total).await;
+        self.wait_converged(&expected, CONVERGENCE).await;
+        published
+    }
+
     /// Waits until the active generation digests like `reference` and the API is ready again.
     pub async fn wait_converged(&mut self, reference: &str, timeout: Duration) -> Duration {
         let started = Instant::now();

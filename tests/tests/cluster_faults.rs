@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use end_to_end::faults::{
-    assert_no_wrong_answer_after, reference, reference_of, Healing, Prober, Publisher, CONVERGENCE, DETECTION, GRACE,
+    assert_no_wrong_answer_after, reference, Healing, Prober, Publisher, CONVERGENCE, DETECTION, GRACE,
 };
 use end_to_end::kafka::{self, Topics};
 use end_to_end::own_redis::{OwnCluster, Persistence};
@@ -87,12 +87,7 @@ async fn on_a_cluster_a_failover_of_the_api_keys_primary_to_a_lagging_replica_is
     println!("replica promoted {:?} after the crash", crashed.elapsed());
     let detected = world.wait_detected(Duration::from_secs(30)).await;
     println!("failover detected {:?} after the crash", detected - crashed);
-    publisher.wait_more(20).await;
-    let published = publisher.finish().await;
-    let total = scenario.messages.len() as u64 + published;
-    world.projector.wait_until_consumed(total, CONVERGENCE).await;
-    let expected = reference_of(&topics, total).await;
-    world.wait_converged(&expected, CONVERGENCE).await;
+    world.converge_after(publisher, &topics, scenario.messages.len()).await;
     assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
 }
 

@@ -7,12 +7,27 @@
 use std::time::{Duration, Instant};
 
 use end_to_end::faults::{
-    assert_no_wrong_answer_after, reference, reference_of, Healing, Prober, Publisher, CONVERGENCE, DETECTION, GRACE,
+    assert_no_wrong_answer_after, reference, Healing, Prober, Publisher, CONVERGENCE, DETECTION, GRACE,
 };
 use end_to_end::kafka::{self, Topics};
 use end_to_end::own_redis::{OwnRedis, Persistence};
 use end_to_end::runner;
 use end_to_end::scenario::Scenario;
+
+/// A read model on `redis` that saved a snapshot a third of the way through `scenario` and then took in
+/// the rest: a restart of `redis` now rolls it back. Its topics, the projector and API, and the digest of
+/// a from-scratch build of the whole scenario.
+async fn snapshot_a_third_of_the_way(redis: &OwnRedis, scenario: &Scenario) -> (Topics, Healing, String) {
+    let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 3);
+    let topics = Topics::holding(first).await;
+    let world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(first.len() as u64, Duration::from_secs(60)).await;
+    assert_eq!(redis.cli(&["SAVE"]), "OK");
+    kafka::publish(&kafka::producer(), &topics, rest).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let expected = reference(&topics, scenario).await;
+    (topics, world, expected)
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_flushall_the_read_model_is_projected_again_and_no_valid_key_is_refused() {
@@ -35,16 +50,9 @@ async fn after_a_flushall_the_read_model_is_projected_again_and_no_valid_key_is_
 async fn a_redis_restarted_from_an_older_snapshot_gets_the_events_it_lost_again() {
     let mut redis = OwnRedis::with(Persistence::Snapshots);
     let scenario = Scenario::generate(0x5eed_1102, 8, 15, 6);
-    let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 3);
-    assert!(rest.len() > 2000, "a few thousand events after the snapshot: {}", rest.len());
-    let topics = Topics::holding(first).await;
-    let mut world = Healing::start(&topics, &redis.url(), false).await;
-    world.wait_ready(first.len() as u64, Duration::from_secs(60)).await;
-    assert_eq!(redis.cli(&["SAVE"]), "OK");
-
-    kafka::publish(&kafka::producer(), &topics, rest).await;
-    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
-    let expected = reference(&topics, &scenario).await;
+    let after = scenario.messages.len() - scenario.messages.len() / 3;
+    assert!(after > 2000, "a few thousand events after the snapshot: {after}");
+    let (_topics, mut world, expected) = snapshot_a_third_of_the_way(&redis, &scenario).await;
     let prober = Prober::start(&world.app, &scenario);
     redis.kill();
     redis.restart();
@@ -58,14 +66,7 @@ async fn a_redis_back_from_an_older_snapshot_refusing_writes_for_a_while_gives_n
 ) {
     let mut redis = OwnRedis::with(Persistence::Snapshots);
     let scenario = Scenario::generate(0x5eed_1115, 6, 12, 5);
-    let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 3);
-    let topics = Topics::holding(first).await;
-    let mut world = Healing::start(&topics, &redis.url(), false).await;
-    world.wait_ready(first.len() as u64, Duration::from_secs(60)).await;
-    assert_eq!(redis.cli(&["SAVE"]), "OK");
-    kafka::publish(&kafka::producer(), &topics, rest).await;
-    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
-    let expected = reference(&topics, &scenario).await;
+    let (_topics, mut world, expected) = snapshot_a_third_of_the_way(&redis, &scenario).await;
     let prober = Prober::start(&world.app, &scenario);
 
     // Back from the older snapshot, and refusing writes for a few seconds (reads go on): the projector
@@ -84,14 +85,7 @@ async fn a_redis_back_from_an_older_snapshot_refusing_writes_for_a_while_gives_n
 async fn a_redis_rolled_back_while_no_projector_runs_is_marked_incomplete_at_the_next_start() {
     let mut redis = OwnRedis::with(Persistence::Snapshots);
     let scenario = Scenario::generate(0x5eed_1106, 6, 12, 5);
-    let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 3);
-    let topics = Topics::holding(first).await;
-    let world = Healing::start(&topics, &redis.url(), false).await;
-    world.wait_ready(first.len() as u64, Duration::from_secs(60)).await;
-    assert_eq!(redis.cli(&["SAVE"]), "OK");
-    kafka::publish(&kafka::producer(), &topics, rest).await;
-    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
-    let expected = reference(&topics, &scenario).await;
+    let (_topics, world, expected) = snapshot_a_third_of_the_way(&redis, &scenario).await;
     let prober = Prober::start(&world.app, &scenario);
 
     // The projector stops (committing everything it applied); Redis comes back from the older snapshot
@@ -377,15 +371,9 @@ async fn while_events_flow_a_flush_then_a_restart_from_an_older_snapshot_both_en
     .await;
     let rolled_back = Instant::now();
     println!("rollback detected {:?} after the kill", rolled_back - killed);
-    publisher.wait_more(20).await;
-    let published = publisher.finish().await;
+    let published = world.converge_after(publisher, &topics, scenario.messages.len()).await;
     println!("{published} retitles published during the faults");
     assert!(published > 20, "events flowed throughout: {published}");
-
-    let total = scenario.messages.len() as u64 + published;
-    world.projector.wait_until_consumed(total, CONVERGENCE).await;
-    let expected = reference_of(&topics, total).await;
-    world.wait_converged(&expected, CONVERGENCE).await;
     let probes = prober.finish().await;
     let (first, second): (Vec<_>, Vec<_>) = probes.into_iter().partition(|p| p.at < killed);
     assert_no_wrong_answer_after(&first, flushed + GRACE);
@@ -421,11 +409,6 @@ async fn a_redis_that_resynchronized_from_an_older_copy_and_was_promoted_again_i
     redis.cli(&["REPLICAOF", "NO", "ONE"]);
     let detected = world.wait_detected(DETECTION).await;
     println!("detected {:?} after the data was replaced", detected - replaced);
-    publisher.wait_more(20).await;
-    let published = publisher.finish().await;
-    let total = scenario.messages.len() as u64 + published;
-    world.projector.wait_until_consumed(total, CONVERGENCE).await;
-    let expected = reference_of(&topics, total).await;
-    world.wait_converged(&expected, CONVERGENCE).await;
+    world.converge_after(publisher, &topics, scenario.messages.len()).await;
     assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
 }

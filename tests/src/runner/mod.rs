@@ -185,14 +185,7 @@ pub async fn build_from_scratch(topics: &Topics, total: u64) -> Keyspace {
 /// switch, the handover at lag 0 within 30 s, no waiting for another rebuild's lock; notices printed.
 /// Returns the generation switched to.
 pub async fn rebuild(config: Config) -> Result<Option<u64>, projector::Error> {
-    let options = projector::RebuildOptions {
-        grace: Duration::from_secs(1),
-        handover_lag: 0,
-        handover_timeout: Duration::from_secs(30),
-        lock_wait: Duration::ZERO,
-    };
-    let (_keep_running, running) = watch::channel(false);
-    projector::rebuild(config, options, running, &|notice| println!("{notice}")).await
+    rebuild_noting(config).await.0
 }
 
 /// [`rebuild`], also returning every notice it gave, as printed.
