@@ -96,6 +96,15 @@ pub async fn step(
 ) -> Step {
     let Some(batch) = source.next_batch(stopped, idle).await else { return Step::Stopped };
     if batch.is_empty() {
+        // Nothing came: a partition short of its end may end in offsets with nothing to deliver.
+        match source.pass_undelivered() {
+            Ok(moved) if !moved.is_empty() => {
+                let moved: Vec<String> = moved.iter().map(|(p, at)| format!("{p}@{at}")).collect();
+                tracing::info!(partitions = %moved.join(" "), "passed offsets with nothing to deliver");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "could not read a partition short of its end to its end"),
+        }
         return Step::Idle;
     }
     let records: Vec<Record<'_>> = batch.records().collect();

@@ -12,6 +12,7 @@ pub mod events;
 pub mod faults;
 pub mod fixture;
 pub mod kafka;
+pub mod markers;
 pub mod metrics;
 pub mod otlp;
 pub mod own_redis;

@@ -25,4 +25,5 @@ mod resilience;
 mod revocation;
 mod scale_out;
 mod traces;
+mod transactions;
 mod transcripts;

@@ -26,17 +26,23 @@ pub struct Context {
     metrics: Arc<Metrics>,
     /// Timestamp (ms) of the last message read from each partition, for the lag in seconds.
     last_timestamp: Mutex<HashMap<Partition, i64>>,
+    /// The end (high watermark) of each partition read, as the last statistics gave it.
+    pub ends: Mutex<HashMap<Partition, i64>>,
 }
 
 impl ClientContext for Context {
     fn stats(&self, statistics: Statistics) {
         let now_ms = (now() * 1000.0) as i64;
         let last = self.last_timestamp.lock().expect("lag timestamps");
+        let mut ends = self.ends.lock().expect("partition ends");
         let mut total = 0;
         for (name, topic) in &statistics.topics {
             for (id, p) in &topic.partitions {
                 if *id < 0 || !p.desired {
                     continue;
+                }
+                if p.hi_offset >= 0 {
+                    ends.insert(Partition::new(name, *id), p.hi_offset);
                 }
                 let lag = match (p.consumer_lag, p.hi_offset, p.committed_offset) {
                     (lag, _, _) if lag >= 0 => lag,
@@ -84,7 +90,7 @@ fn settings(config: &Config, group: &str) -> ClientConfig {
 /// The consumer of the projection's group. It subscribes to nothing: the instances share the partitions
 /// themselves and assign them; the group id is where offsets are committed.
 pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsumer> {
-    let context = Context { metrics, last_timestamp: Mutex::default() };
+    let context = Context { metrics, last_timestamp: Mutex::default(), ends: Mutex::default() };
     settings(config, &config.group_id).set("statistics.interval.ms", "1000").create_with_context(context)
 }
 
@@ -92,6 +98,12 @@ pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsu
 /// nothing.
 pub fn inspector(config: &Config, group: &str) -> KafkaResult<BaseConsumer> {
     settings(config, group).create()
+}
+
+/// A consumer that reads a partition to find its end (see `undelivered`): it reports reaching the end
+/// of a partition, and joins and commits nothing.
+pub fn end_reader(config: &Config) -> KafkaResult<BaseConsumer> {
+    settings(config, &config.group_id).set("enable.partition.eof", "true").set("fetch.wait.max.ms", "10").create()
 }
 
 /// The producer of dead letters and replays. Its largest message is the largest the consumer accepts

@@ -5,6 +5,7 @@
 mod consumer;
 mod dead_letter;
 mod offsets;
+mod undelivered;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -77,6 +78,8 @@ pub struct Source {
     partitions: Option<(Instant, Vec<Partition>)>,
     /// The partitions assigned by the last [`Source::assign`].
     assigned: BTreeSet<Partition>,
+    /// Moves partitions past offsets with nothing to deliver.
+    undelivered: undelivered::Passer,
 }
 
 impl Source {
@@ -90,6 +93,7 @@ impl Source {
             applied: HashMap::new(),
             partitions: None,
             assigned: BTreeSet::new(),
+            undelivered: undelivered::Passer::new(consumer::end_reader(config)?),
         })
     }
 
@@ -199,6 +203,28 @@ impl Source {
         self.applied.extend(back.iter().cloned());
         self.commit_offsets(back.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
         self.reposition()
+    }
+
+    /// Moves the applied offset of the partitions that stay short of their end with nothing to deliver
+    /// (transaction markers, aborted transactions; see [`undelivered`]) to their end, and commits it. To
+    /// be called when a wait for messages brought none; it looks at most once a second. Returns the
+    /// partitions moved, with their new offsets.
+    pub fn pass_undelivered(&mut self) -> Result<Vec<(Partition, i64)>, BrokerError> {
+        if !self.undelivered.due() {
+            return Ok(Vec::new());
+        }
+        let ends = self.consumer.context().ends.lock().expect("partition ends").clone();
+        let standing: Vec<(Partition, i64, i64)> = self
+            .assigned
+            .iter()
+            .filter_map(|p| Some((p.clone(), self.applied.get(p).copied().unwrap_or(0), *ends.get(p)?)))
+            .collect();
+        let moved = tokio::task::block_in_place(|| self.undelivered.look(&standing))?;
+        if !moved.is_empty() {
+            self.applied.extend(moved.iter().cloned());
+            self.commit_offsets(moved.iter().map(|(p, o)| (p, *o)), CommitMode::Async);
+        }
+        Ok(moved)
     }
 
     /// Drops the messages taken from the broker and not applied: they are read again.
