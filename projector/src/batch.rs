@@ -262,13 +262,21 @@ async fn write_all<'a>(
             }
             checked = true;
         }
-        match store.apply(part).await {
+        match store.apply(part, guard).await {
             Ok(done) => {
                 metrics.redis.out_of_memory.set(0);
                 applied.extend(done);
             }
             // Redis lost data between the check and the write: what the write found gone is the loss.
             Err(StoreError::Lost(epoch)) => return Err(Interrupted::Lost(format!("{epoch} is gone"))),
+            // The look before a fold with a gap: the states it started from may be lost ones.
+            Err(StoreError::Doubted(Doubt::Lost(loss))) => return Err(Interrupted::Lost(loss)),
+            Err(StoreError::Doubted(Doubt::Unanswered(e))) => {
+                if !retry.after(format!("asking whether it lost data: {e}"), stopped).await {
+                    return Err(Interrupted::Stopped);
+                }
+                return Err(Interrupted::Unanswered);
+            }
             Err(e) if e.is_permanent() && part.len() == 1 => refused.push((&part[0], e.to_string())),
             // Which aggregate it is, one at a time tells.
             Err(e) if e.is_permanent() => pending.extend(part.iter().rev().map(std::slice::from_ref)),

@@ -1,5 +1,5 @@
-//! The read model's store at its limits: sequences past what a double holds, and hashes too large to be
-//! read in one reply.
+//! The read model's store at its limits: sequences past what a double holds, hashes too large to be
+//! read in one reply, and writes racing a Redis that loses data.
 
 use std::time::Duration;
 
@@ -119,4 +119,90 @@ async fn positions_are_not_recorded_onto_a_redis_found_flushed() {
     assert!(!losses.is_empty(), "the flush is a loss");
     let held = runner::generation_keys(&mut conn.clone(), &keys).await;
     assert!(held.is_empty(), "no position was written onto the flushed Redis: {held:?}");
+}
+
+/// A guard that finds nothing the first time it looks and then loses Redis's data (a flush right after
+/// the look that let a batch be written, before its states are read); afterwards it looks for real.
+struct FlushedAfterTheFirstLook<'a> {
+    watch: projector::Watch,
+    redis: &'a OwnRedis,
+    looks: usize,
+}
+
+impl projector::batch::Guard for FlushedAfterTheFirstLook<'_> {
+    async fn check(&mut self, keys: &Keyspace) -> Result<(), projector::batch::Doubt> {
+        self.looks += 1;
+        let seen = projector::batch::Guard::check(&mut self.watch, keys).await;
+        if self.looks == 1 {
+            assert_eq!(self.redis.cli(&["FLUSHALL"]), "OK");
+        }
+        seen
+    }
+}
+
+struct Nowhere;
+
+impl projector::batch::SetAside for Nowhere {
+    async fn set_aside(&self, _: &[projector::batch::DeadLetter]) -> Result<(), projector::batch::BrokerError> {
+        Ok(())
+    }
+}
+
+/// Applies `messages` as one batch, with `guard`.
+async fn project(
+    store: &mut projector::Store,
+    messages: &[end_to_end::events::Outgoing],
+    guard: &mut impl projector::batch::Guard,
+) -> Result<(), projector::batch::Interrupted> {
+    let records: Vec<projector::batch::Record<'_>> = messages
+        .iter()
+        .enumerate()
+        .map(|(i, m)| projector::batch::Record {
+            topic: m.topic,
+            topic_name: m.topic.default_name(),
+            partition: 0,
+            offset: i as i64,
+            key: Some(m.key.as_bytes()),
+            value: Some(&m.value),
+        })
+        .collect();
+    let metrics = projector::Metrics::new(shared::Topic::ALL.map(|t| t.default_name().to_string()));
+    let (_running, mut stopped) = tokio::sync::watch::channel(false);
+    projector::batch::project(&records, &Nowhere, store, &metrics, guard, &mut stopped).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fold_with_a_gap_is_not_written_onto_states_read_from_a_redis_that_lost_them_after_the_look() {
+    use end_to_end::events::event;
+    use end_to_end::own_redis::Persistence;
+    use serde_json::json;
+    use shared::Topic;
+    let own = OwnRedis::with(Persistence::AofAlways);
+    let target = Target::new(&own.url(), false);
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
+    let conn = Connection::connect(&target, settings).await.unwrap();
+    let keys = Keyspace::new(unique("gap"), 1);
+    let metrics = std::sync::Arc::new(projector::Metrics::new(["s".into(), "i".into(), "k".into()]));
+    let at = "2026-01-01T00:00:00Z";
+    let retitled =
+        |seq| event(Topic::Study, "o1", "s1", seq, "study.retitled", at, json!({"internalTitle": format!("t{seq}")}));
+    let created = event(Topic::Study, "o1", "s1", 1, "study.created", at, json!({"internalTitle": "t1"}));
+
+    // Sequences 1 to 3 applied by a projector that then stopped.
+    let mut earlier = projector::Store::new(conn.clone(), keys.clone());
+    let mut watch = projector::Watch::new(conn.clone(), metrics.clone());
+    project(&mut earlier, &[created, retitled(2), retitled(3)], &mut watch).await.expect("applied");
+
+    // A projector started since: sequence 5 arrives (4 is late). Redis loses everything right after the
+    // look that lets the batch be written: the state read is absent, and 5 folded onto it skips 1 to 4.
+    let mut store = projector::Store::new(conn.clone(), keys.clone());
+    let mut guard =
+        FlushedAfterTheFirstLook { watch: projector::Watch::new(conn.clone(), metrics), redis: &own, looks: 0 };
+    // What this projector saw at its start, before the flush.
+    let _ = projector::batch::Guard::check(&mut guard.watch, &keys).await;
+    guard.looks = 0;
+    let result = project(&mut store, &[retitled(5)], &mut guard).await;
+    assert!(matches!(result, Err(projector::batch::Interrupted::Lost(_))), "the loss is found first: {result:?}");
+    let state: Option<String> = conn.clone().hget(keys.aggregate(Topic::Study, "o1", "s1"), "seq").await.unwrap();
+    assert_eq!(state, None, "nothing folded onto the lost state was written");
 }

@@ -22,6 +22,7 @@ use shared::{Event, Keyspace, Topic};
 pub use digest::Digest;
 pub use generation::{active_generation, check_no_eviction, connect, delete_generation, generation_keys};
 
+use crate::batch::{Doubt, Guard};
 use crate::fold::{fold, State, Verdict};
 use crate::observe::Outcome;
 use write::{ScriptReply, Write, WriteScript};
@@ -44,6 +45,9 @@ pub enum StoreError {
     /// An epoch this projector wrote is gone: Redis lost data since the projector last looked.
     #[error("{0}, written by this projector, is gone")]
     Lost(String),
+    /// The look before a write with a gap found a loss, or got no answer (see [`Store::apply`]).
+    #[error("{0:?}")]
+    Doubted(Doubt),
 }
 
 /// Redis's error codes that say "not now": the server is full, busy, loading, read-only, failing over or
@@ -69,7 +73,7 @@ impl StoreError {
                         .any(|s| text.contains(s))
             }
             StoreError::Reply(_) | StoreError::Script(_) | StoreError::CorruptState { .. } => true,
-            StoreError::Contended(_) | StoreError::Lost(_) => false,
+            StoreError::Contended(_) | StoreError::Lost(_) | StoreError::Doubted(_) => false,
         }
     }
 
@@ -147,7 +151,18 @@ impl Store {
     }
 
     /// Applies every group; on error nothing is lost: applying the same batch again is idempotent.
-    pub async fn apply<'a>(&mut self, groups: &'a [Group<'a>]) -> Result<Applied<'a>, StoreError> {
+    ///
+    /// A fold with a gap is written only after `guard` looked again, once the states were read. A state
+    /// read from a Redis that lost data just before (after the look that let the batch be written) is
+    /// absent or older, and events folded onto it skip the sequences it lost: written, the aggregate would
+    /// be wrong for good, since reading the partition again skips them as duplicates. A fold without a
+    /// gap is right whatever happened before the read; a loss after the read makes the script find
+    /// another sequence than the fold started from, and the aggregate is read again.
+    pub async fn apply<'a>(
+        &mut self,
+        groups: &'a [Group<'a>],
+        guard: &mut impl Guard,
+    ) -> Result<Applied<'a>, StoreError> {
         let mut applied = Vec::new();
         if groups.is_empty() {
             // A batch of only poison messages or unknown types: nothing to write (and an empty pipeline
@@ -160,7 +175,7 @@ impl Store {
                 return Ok(applied);
             }
             self.load_missing(&mut pending).await?;
-            pending = self.write(pending, &mut applied).await?;
+            pending = self.write(pending, &mut applied, guard).await?;
         }
         match pending.first() {
             Some(p) => Err(StoreError::Contended(p.group.aggregate_id.to_string())),
@@ -233,6 +248,7 @@ impl Store {
         &mut self,
         pending: Vec<Pending<'a>>,
         applied: &mut Applied<'a>,
+        guard: &mut impl Guard,
     ) -> Result<Vec<Pending<'a>>, StoreError> {
         let mut commands = Vec::new();
         let mut written = Vec::new();
@@ -261,6 +277,9 @@ impl Store {
         }
         if written.is_empty() {
             return Ok(Vec::new());
+        }
+        if written.iter().any(|(_, verdicts, _, _)| verdicts.contains(&Verdict::Gap)) {
+            guard.check(&self.keys).await.map_err(StoreError::Doubted)?;
         }
         let replies = self.query(&commands).await?;
         let mut conflicts = Vec::new();
