@@ -62,7 +62,7 @@ pub struct Config {
     #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 5000)]
     pub redis_timeout_ms: u64,
 
-    /// Address of the HTTP server of /metrics, /healthz and /readyz; `off` to run none.
+    /// Address of the HTTP server of /metrics, /livez and /readyz; `off` to run none.
     #[arg(long, env = "PROJECTOR_HTTP_ADDR", default_value = "127.0.0.1:9464")]
     pub http_addr: OptionalAddr,
 

@@ -14,7 +14,7 @@
 //! - `run`: the long-running modes: `live` and `rebuild` (with its handover), how instances share
 //!   partitions and coordinate through Redis, and how the read model heals after Redis lost data
 //!   (`run/loss.rs` notices, `run/heal.rs` answers).
-//! - `observe`: one metrics registry and the HTTP server of `/metrics`, `/healthz`, `/readyz`.
+//! - `observe`: one metrics registry and the HTTP server of `/metrics`, `/livez`, `/readyz`.
 //! - [`ops`]: the operator's commands, one file each; all printing lives there.
 //! - [`config`]: every setting, from flags or the environment.
 

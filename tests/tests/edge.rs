@@ -122,7 +122,7 @@ async fn error_of(response: reqwest::Response) -> (u16, Option<String>, String) 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_that_outlives_its_timeout_is_answered_503_with_retry_after() {
+async fn a_request_that_outlives_its_timeout_is_answered_503_with_retry_after_and_counted() {
     let (hanging, _hole) = black_hole().await;
     let mut api = config(&unique("slow"), &hanging);
     (api.redis_timeout_ms, api.request_timeout_ms) = (30_000, 300);
@@ -135,10 +135,13 @@ async fn a_request_that_outlives_its_timeout_is_answered_503_with_retry_after() 
         "cut at the request timeout, not Redis's: {:?}",
         started.elapsed()
     );
+    let metrics = app.admin_get("/metrics").await.text().await.unwrap();
+    let cut = sample(&metrics, "api_requests_total", &["route=\"/v1/studies\"", "status=\"503\""]);
+    assert_eq!(cut, 1.0, "the timed-out request is counted: {metrics}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_concurrency_cap_a_request_is_shed_at_once_with_503_not_queued() {
+async fn past_the_concurrency_cap_a_request_is_shed_at_once_with_503_not_queued_counted_and_livez_still_answers() {
     let (hanging, _hole) = black_hole().await;
     let mut api = config(&unique("busy"), &hanging);
     (api.redis_timeout_ms, api.request_timeout_ms, api.max_concurrent_requests) = (30_000, 20_000, 1);
@@ -148,15 +151,22 @@ async fn past_the_concurrency_cap_a_request_is_shed_at_once_with_503_not_queued(
         tokio::spawn(async move { app.get("/v1/studies", Some("some-key")).await.status() })
     };
     // Once the one slot is held by the request waiting on the hanging Redis, the next is refused at once
-    // (a probe that finds the slot free takes it only for as long as /livez takes).
+    // (a probe that finds the slot free takes it only for as long as a 404 takes).
     eventually(Duration::from_secs(10), "the slot to be held", || async {
-        (app.get("/livez", None).await.status() == 503).then_some(())
+        (app.get("/no-such-route", None).await.status() == 503).then_some(())
     })
     .await;
     let started = std::time::Instant::now();
     let shed = error_of(app.get("/v1/studies", Some("other-key")).await).await;
     assert_eq!((shed.0, shed.1.as_deref()), (503, Some("1")), "{shed:?}");
     assert!(started.elapsed() < Duration::from_secs(2), "shed, not queued: {:?}", started.elapsed());
+    // Liveness is outside the limits: an overloaded instance is alive, not to be restarted.
+    let live = app.get("/livez", None).await;
+    assert_eq!(live.status(), 200);
+    assert!(live.headers().contains_key("x-request-id"), "the edge's headers are on it all the same");
+    let metrics = app.admin_get("/metrics").await.text().await.unwrap();
+    let shed = sample(&metrics, "api_requests_total", &["route=\"/v1/studies\"", "status=\"503\""]);
+    assert_eq!(shed, 1.0, "the shed request is counted: {metrics}");
     holder.abort();
 }
 

@@ -86,7 +86,8 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
         (sample(&metrics, "projector_retries_total", &[]) > 0.0).then_some(())
     })
     .await;
-    assert_eq!(get(&format!("{base}/healthz")).await.0, 200, "alive, though not ready");
+    assert_eq!(get(&format!("{base}/livez")).await.0, 200, "alive, though not ready");
+    assert_eq!(get(&format!("{base}/healthz")).await.0, 200, "also under its older name");
 
     redis.restart();
     eventually(Duration::from_secs(60), "recovery", || async {

@@ -1,4 +1,4 @@
-//! The projector's own small HTTP server: Prometheus `/metrics`, `/healthz` and `/readyz`.
+//! The projector's own small HTTP server: Prometheus `/metrics`, `/livez` (also `/healthz`) and `/readyz`.
 //!
 //! Ready means making progress: a projector that is behind (lag above zero) and has applied nothing for
 //! `stall_after` is not ready, so a stalled projection never looks healthy; nor is one whose Redis
@@ -30,6 +30,8 @@ pub struct Health {
 fn router(health: Health) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
+        // The process answers; `/healthz` is its older name, kept for probes already configured with it.
+        .route("/livez", get(|| async { Json(json!({ "status": "ok" })) }))
         .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
         .route("/readyz", get(readyz))
         .with_state(health)

@@ -1,5 +1,5 @@
 //! What the projector tells its operators while it runs: one Prometheus registry of counters, gauges and
-//! histograms, and the small HTTP server of `/metrics`, `/healthz` and `/readyz`.
+//! histograms, and the small HTTP server of `/metrics`, `/livez` and `/readyz`.
 
 mod http;
 mod metrics;

@@ -41,7 +41,7 @@ pub fn config(topics: &Topics, prefix: &str, group: &str) -> Config {
 
 /// A projector running in this process.
 pub struct Running {
-    /// Where its /metrics, /healthz and /readyz answer, when its configuration asked for them.
+    /// Where its /metrics, /livez and /readyz answer, when its configuration asked for them.
     pub http: Option<std::net::SocketAddr>,
     prefix: String,
     group: String,
