@@ -2,6 +2,7 @@
 //! 400 is a JSON string, 401 and 404 an object with `error`. Internal failures are logged here and
 //! answered with a fixed message, so nothing internal reaches a client.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -58,24 +59,33 @@ impl IntoResponse for ApiError {
                 response
             }
             ApiError::Unavailable(e) => {
-                tracing::error!(error = %e, "read model unavailable");
+                if let Some(skipped) = UNAVAILABLE.allow() {
+                    tracing::error!(error = %e, skipped, "read model unavailable");
+                }
                 unavailable()
             }
             ApiError::Overloaded(why) => {
-                tracing::warn!(why, "request refused to protect the server");
+                if let Some(skipped) = OVERLOADED.allow() {
+                    tracing::warn!(why, skipped, "request refused to protect the server");
+                }
                 unavailable()
             }
             ApiError::Throttled(wait) => {
-                tracing::warn!(
-                    ?wait,
-                    "API keys not kept in memory are not looked up for a while: too many unknown ones"
-                );
+                if let Some(skipped) = THROTTLED.allow() {
+                    tracing::warn!(
+                        ?wait,
+                        skipped,
+                        "API keys not kept in memory are not looked up for a while: too many unknown ones"
+                    );
+                }
                 let mut response = unavailable();
                 response.headers_mut().insert("retry-after", retry_after(wait).into());
                 response
             }
             ApiError::NotReady(why) => {
-                tracing::warn!(why, "read model not ready");
+                if let Some(skipped) = NOT_READY.allow() {
+                    tracing::warn!(why, skipped, "read model not ready");
+                }
                 unavailable()
             }
             ApiError::Internal(e) => {
@@ -83,6 +93,41 @@ impl IntoResponse for ApiError {
                 error(StatusCode::INTERNAL_SERVER_ERROR, "internal error")
             }
         }
+    }
+}
+
+/// Per-request refusals during an outage or an overload are logged once a second at most, each line with
+/// how many were left out before it: every request still has its access log line.
+static UNAVAILABLE: LogEvery = LogEvery::second();
+static OVERLOADED: LogEvery = LogEvery::second();
+static THROTTLED: LogEvery = LogEvery::second();
+static NOT_READY: LogEvery = LogEvery::second();
+
+/// At most one log line per period.
+pub(crate) struct LogEvery {
+    /// When the last line was let through, in milliseconds since the Unix epoch.
+    last_ms: AtomicU64,
+    skipped: AtomicU64,
+    period_ms: u64,
+}
+
+impl LogEvery {
+    pub(crate) const fn second() -> Self {
+        Self { last_ms: AtomicU64::new(0), skipped: AtomicU64::new(0), period_ms: 1000 }
+    }
+
+    /// `Some(lines left out since the last one)` when a line may be written now.
+    pub(crate) fn allow(&self) -> Option<u64> {
+        let now =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
+        let last = self.last_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) >= self.period_ms
+            && self.last_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
+            return Some(self.skipped.swap(0, Ordering::Relaxed));
+        }
+        self.skipped.fetch_add(1, Ordering::Relaxed);
+        None
     }
 }
 
@@ -111,4 +156,20 @@ fn unavailable() -> Response {
 
 fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::LogEvery;
+
+    #[test]
+    fn a_burst_of_refusals_is_logged_once_with_how_many_were_left_out() {
+        let every = LogEvery::second();
+        assert_eq!(every.allow(), Some(0));
+        for _ in 0..99 {
+            assert_eq!(every.allow(), None);
+        }
+        every.last_ms.store(0, std::sync::atomic::Ordering::Relaxed); // a second later
+        assert_eq!(every.allow(), Some(99));
+    }
 }

@@ -190,20 +190,32 @@ impl ApiProcess {
     /// Starts the binary (built by `cargo build -p query-api`) with `extra` arguments, and waits until it
     /// answers `/livez`.
     pub async fn spawn(prefix: &str, extra: &[&str]) -> Self {
+        Self::start(prefix, &env("REDIS_URL"), extra, None).await
+    }
+
+    /// Starts the binary on `redis_url`, logging JSON lines at `info` into `logs`.
+    pub async fn spawn_logging(prefix: &str, redis_url: &str, logs: std::fs::File) -> Self {
+        Self::start(prefix, redis_url, &[], Some(logs)).await
+    }
+
+    async fn start(prefix: &str, redis_url: &str, extra: &[&str], logs: Option<std::fs::File>) -> Self {
         let exe = std::env::current_exe().expect("test binary path");
         let binary = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("query-api");
         assert!(binary.exists(), "{} is missing: run `cargo build -p query-api` first", binary.display());
         let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let listen = format!("127.0.0.1:{port}");
-        let child = std::process::Command::new(binary)
+        let mut command = std::process::Command::new(binary);
+        command
             .args(["--listen-addr", &listen, "--admin-addr", "off", "--key-prefix", prefix])
-            .args(["--redis-url", &env("REDIS_URL"), "--generation-refresh-ms", "100", "--s3-disabled", "true"])
+            .args(["--redis-url", redis_url, "--generation-refresh-ms", "100", "--s3-disabled", "true"])
             .arg(format!("--redis-cluster={}", crate::redis_cluster()))
             .args(extra)
             .env("RUST_LOG", "warn")
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("query-api starts");
+            .stdout(std::process::Stdio::null());
+        if let Some(logs) = logs {
+            command.env("RUST_LOG", "info").env("LOG_FORMAT", "json").stderr(logs);
+        }
+        let child = command.spawn().expect("query-api starts");
         let api = Self {
             address: format!("http://{listen}"),
             client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),

@@ -39,6 +39,8 @@ impl FromRequestParts<AppState> for Organization {
             report.set(standing);
         }
         let org = found?;
+        // For the access log: whose request it was, never with which key.
+        tracing::Span::current().record("organization", org.id.as_str());
         state.serves_organization(&org)?;
         Ok(org)
     }

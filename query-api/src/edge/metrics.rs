@@ -1,4 +1,5 @@
-//! Counts and times every request (`crate::metrics`), and serves the metrics on the admin listener.
+//! Counts and times every request (`crate::metrics`), writes its access log line, and serves the metrics
+//! on the admin listener.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,14 +11,19 @@ use axum::response::{IntoResponse, Response};
 
 use crate::metrics::{Metrics, RequestLabels, RouteLabels};
 
-/// Counts and times every request by its route pattern (never the raw path, which holds ids).
+/// Counts and times every request by its route pattern (never the raw path, which holds ids), and writes
+/// one access log line for it at `info` (target `access`): method, route, status and latency, inside the
+/// request's span, which holds its id and its key's organization.
 pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
     let route = request.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_string();
     let method = method_label(request.method()).to_string();
     let started = Instant::now();
     let response = next.run(request).await;
-    metrics.latency.get_or_create(&RouteLabels { route: route.clone() }).observe(started.elapsed().as_secs_f64());
+    let elapsed = started.elapsed();
+    metrics.latency.get_or_create(&RouteLabels { route: route.clone() }).observe(elapsed.as_secs_f64());
     let status = response.status().as_u16();
+    let latency_ms = (elapsed.as_secs_f64() * 1000.0 * 100.0).round() / 100.0;
+    tracing::info!(target: "access", method, route, status, latency_ms, "request");
     metrics.requests.get_or_create(&RequestLabels { route, method, status }).inc();
     if status == 401 {
         metrics.auth_failures.inc();

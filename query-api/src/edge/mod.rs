@@ -21,7 +21,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::compression::CompressionLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::set_header::SetResponseHeaderLayer;
-use tower_http::trace::TraceLayer;
+use tower_http::trace::{DefaultOnFailure, TraceLayer};
 
 use crate::api;
 use crate::config::Config;
@@ -54,7 +54,12 @@ pub fn app(state: AppState, config: &Config) -> Router {
     let edge = ServiceBuilder::new()
         // The caller's x-request-id, or a new UUID, on the request and then on its response.
         .layer(SetRequestIdLayer::new(REQUEST_ID, MakeRequestUuid))
-        .layer(TraceLayer::new_for_http().make_span_with(trace::span))
+        .layer(
+            // A failed answer is in the access log with its status; the layer's own line is for debugging.
+            TraceLayer::new_for_http()
+                .make_span_with(trace::span)
+                .on_failure(DefaultOnFailure::new().level(tracing::Level::DEBUG)),
+        )
         .layer(PropagateRequestIdLayer::new(REQUEST_ID))
         // Outside the panic handler and the limits: their answers are counted too.
         .layer(axum::middleware::from_fn_with_state(state.metrics.clone(), metrics::track))

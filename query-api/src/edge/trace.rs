@@ -1,4 +1,5 @@
-//! The span of each request in the logs: its id, method and path. In traces, a request that carries a
+//! The span of each request in the logs: its id, method and path, and the organization of its key once
+//! known (never the key). In traces, a request that carries a
 //! W3C `traceparent` (and `tracestate`) continues the caller's trace: its span is a child of the caller's.
 
 use axum::http::{HeaderMap, Request};
@@ -11,7 +12,13 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 /// The path only: headers carry the API key, and a query string is no place for secrets to be logged.
 pub fn span<B>(request: &Request<B>) -> Span {
     let id = request.extensions().get::<RequestId>().and_then(|id| id.header_value().to_str().ok());
-    let span = tracing::info_span!("request", id = id.unwrap_or("-"), method = %request.method(), path = %request.uri().path());
+    let span = tracing::info_span!(
+        "request",
+        id = id.unwrap_or("-"),
+        method = %request.method(),
+        path = %request.uri().path(),
+        organization = tracing::field::Empty,
+    );
     if request.headers().contains_key("traceparent") {
         let caller = TraceContextPropagator::new().extract(&Headers(request.headers()));
         // Fails only when traces are off (no layer to take it) or the span is filtered out.

@@ -11,6 +11,9 @@ use shared::Keyspace;
 
 use super::model::ReadModel;
 
+/// Reads that failed, asked by every request while Redis is away: logged once a second at most.
+static UNREAD: crate::error::LogEvery = crate::error::LogEvery::second();
+
 /// The generation before the active one has been read (generations start at 1).
 const UNKNOWN: u64 = 0;
 
@@ -114,7 +117,9 @@ impl Generation {
                 return Found::Gone;
             }
             Err(e) => {
-                tracing::warn!(error = %e, "could not read the active generation");
+                if let Some(skipped) = UNREAD.allow() {
+                    tracing::warn!(error = %e, skipped, "could not read the active generation");
+                }
                 return Found::Nothing;
             }
         };
@@ -139,7 +144,9 @@ impl Generation {
                 HEALING_SOME
             }
             Err(e) => {
-                tracing::warn!(error = %e, "could not read whether the read model is complete");
+                if let Some(skipped) = UNREAD.allow() {
+                    tracing::warn!(error = %e, skipped, "could not read whether the read model is complete");
+                }
                 return Found::Nothing;
             }
         };
