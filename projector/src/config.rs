@@ -58,8 +58,9 @@ pub struct Config {
     #[arg(long, env = "BATCH_LINGER_MS", default_value_t = 20)]
     pub batch_linger_ms: u64,
 
-    /// Timeout of each Redis call, in milliseconds; a call that times out is retried with backoff.
-    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 5000)]
+    /// Timeout of each Redis call, in milliseconds; a call that times out is retried with backoff. It also
+    /// bounds how long a call stuck on a primary that died delays the look that sees the failover.
+    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
     pub redis_timeout_ms: u64,
 
     /// Address of the HTTP server of /metrics, /livez and /readyz; `off` to run none.
