@@ -72,8 +72,11 @@ async fn during_a_redis_outage_refusals_are_logged_once_a_second_at_most_and_eve
     let logs = lines(&path);
     let access = logs.iter().filter(|l| l["target"] == "access" && l["fields"]["status"] == 503).count();
     assert_eq!(access, 30, "one access line per request");
+    // The service's own lines; the Redis client's (one per connection attempt on a cluster) are its own.
+    let ours =
+        |l: &&Value| l["target"].as_str().is_some_and(|t| t.starts_with("query_api") || t.starts_with("tower_http"));
     let alarms: Vec<&Value> =
-        logs.iter().filter(|l| l["target"] != "access" && (l["level"] == "ERROR" || l["level"] == "WARN")).collect();
+        logs.iter().filter(ours).filter(|l| l["level"] == "ERROR" || l["level"] == "WARN").collect();
     let allowed = (seconds.ceil() as usize + 1) * 4;
     assert!(alarms.len() <= allowed, "{} error lines in {seconds:.1}s: {alarms:#?}", alarms.len());
     assert!(
