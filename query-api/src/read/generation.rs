@@ -29,6 +29,10 @@ const BEHIND: u8 = 3;
 /// The projector is projecting again what some primaries of a cluster lost, not the key index: the
 /// organizations whose keys live in the slots of the loss are answered 503, the others are served.
 const HEALING_SOME: u8 = 4;
+/// The last read of the condition failed (Redis restarting, failing over, timing out): whether the data
+/// is complete is not known, so nothing is served until a read succeeds. A request that could still read
+/// Redis meanwhile may meet data rolled back by the very fault that made the read fail.
+const UNSURE: u8 = 5;
 
 pub struct Generation {
     prefix: String,
@@ -36,7 +40,7 @@ pub struct Generation {
     generation: AtomicU64,
     /// The highest generation this instance has served.
     highest: AtomicU64,
-    /// [`COMPLETE`], [`HEALING`], [`HEALING_SOME`], [`LOST`] or [`BEHIND`].
+    /// [`COMPLETE`], [`HEALING`], [`HEALING_SOME`], [`LOST`], [`BEHIND`] or [`UNSURE`].
     condition: AtomicU8,
     /// While [`HEALING_SOME`]: the slots being projected again.
     healing: RwLock<Scope>,
@@ -98,6 +102,7 @@ impl Generation {
             (_, HEALING) => Err("the read model is incomplete: the projector is projecting it (again)"),
             (_, LOST) => Err("the read model's Redis lost its data; waiting for the projector"),
             (_, BEHIND) => Err("the read model's Redis went back to an older generation; waiting for the projector"),
+            (_, UNSURE) => Err("whether the read model is complete could not be read from Redis"),
             (UNKNOWN, _) => Err("the read model's active generation is not known yet"),
             (generation, _) => Ok(generation),
         }
@@ -120,6 +125,7 @@ impl Generation {
                 if let Some(skipped) = UNREAD.allow() {
                     tracing::warn!(error = %e, skipped, "could not read the active generation");
                 }
+                self.unsure();
                 return Found::Nothing;
             }
         };
@@ -147,6 +153,7 @@ impl Generation {
                 if let Some(skipped) = UNREAD.allow() {
                     tracing::warn!(error = %e, skipped, "could not read whether the read model is complete");
                 }
+                self.unsure();
                 return Found::Nothing;
             }
         };
@@ -154,6 +161,15 @@ impl Generation {
             tracing::info!(generation, complete = condition == COMPLETE, "the read model's condition changed");
         }
         Found::Active { keys, complete: condition == COMPLETE }
+    }
+
+    /// A read of the condition failed: until one succeeds, a known loss stays known, and anything else is
+    /// unsure.
+    fn unsure(&self) {
+        let _ = self.condition.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| match now {
+            LOST | BEHIND | HEALING => None,
+            _ => Some(UNSURE),
+        });
     }
 
     /// Serves `generation` from now on.
