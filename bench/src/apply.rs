@@ -3,7 +3,7 @@
 //! dead letters going nowhere.
 
 use anyhow::{bail, Result};
-use projector::batch::{project, BrokerError, DeadLetter, Record, SetAside};
+use projector::batch::{project, Record};
 use projector::{Metrics, Outcome, Store};
 use shared::connection::{Connection, Settings, Target};
 use shared::{Keyspace, Topic};
@@ -19,14 +19,6 @@ pub async fn store(target: &Target, prefix: &str) -> Result<Store> {
 }
 
 /// The stream has no poison; were there any, it would be counted and dropped.
-struct Nowhere;
-
-impl SetAside for Nowhere {
-    async fn set_aside(&self, _: &[DeadLetter]) -> Result<(), BrokerError> {
-        Ok(())
-    }
-}
-
 /// The projector's batch path from memory, with its metrics.
 pub struct Pipeline {
     store: Store,
@@ -54,9 +46,7 @@ impl Pipeline {
             .collect();
         let (_never, mut stopped) = tokio::sync::watch::channel(false);
         // No guard: this benchmark's Redis loses nothing while it runs.
-        if let Err(interrupted) =
-            project(&records, &Nowhere, &mut self.store, &self.metrics, &mut (), &mut stopped).await
-        {
+        if let Err(interrupted) = project(&records, &(), &mut self.store, &self.metrics, &mut (), &mut stopped).await {
             bail!("the batch was not applied: {interrupted:?}");
         }
         Ok(())

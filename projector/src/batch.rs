@@ -154,6 +154,13 @@ pub trait SetAside {
     fn set_aside(&self, letters: &[DeadLetter]) -> impl Future<Output = Result<(), BrokerError>> + Send;
 }
 
+/// Nowhere: for a benchmark or a test from memory, which has no dead-letter topic.
+impl SetAside for () {
+    async fn set_aside(&self, _: &[DeadLetter]) -> Result<(), BrokerError> {
+        Ok(())
+    }
+}
+
 /// The broker's dead-letter topics, for the poison of one batch: each letter keeps its message's headers.
 struct Poison<'a> {
     source: &'a Source,

@@ -98,14 +98,18 @@ async fn the_write_script_writes_nothing_when_an_epoch_the_projector_wrote_is_go
     assert_eq!(written.as_deref(), Some("token"), "the write set the epoch it will check next time");
 }
 
+/// A connection to a Redis of the test's own, as the projector makes one.
+async fn connect(own: &OwnRedis) -> Connection {
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
+    Connection::connect(&Target::new(&own.url(), false), settings).await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn positions_are_not_recorded_onto_a_redis_found_flushed() {
     use end_to_end::own_redis::Persistence;
     use projector::{Metrics, Watch};
     let own = OwnRedis::with(Persistence::AofAlways);
-    let target = Target::new(&own.url(), false);
-    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
-    let conn = Connection::connect(&target, settings).await.unwrap();
+    let conn = connect(&own).await;
     let keys = Keyspace::new(unique("recorded"), 1);
     let metrics = std::sync::Arc::new(Metrics::new(["s".into(), "i".into(), "k".into()]));
     let mut watch = Watch::new(conn.clone(), metrics);
@@ -140,14 +144,6 @@ impl projector::batch::Guard for FlushedAfterTheFirstLook<'_> {
     }
 }
 
-struct Nowhere;
-
-impl projector::batch::SetAside for Nowhere {
-    async fn set_aside(&self, _: &[projector::batch::DeadLetter]) -> Result<(), projector::batch::BrokerError> {
-        Ok(())
-    }
-}
-
 /// Applies `messages` as one batch, with `guard`.
 async fn project(
     store: &mut projector::Store,
@@ -168,7 +164,7 @@ async fn project(
         .collect();
     let metrics = projector::Metrics::new(shared::Topic::ALL.map(|t| t.default_name().to_string()));
     let (_running, mut stopped) = tokio::sync::watch::channel(false);
-    projector::batch::project(&records, &Nowhere, store, &metrics, guard, &mut stopped).await
+    projector::batch::project(&records, &(), store, &metrics, guard, &mut stopped).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,9 +174,7 @@ async fn a_fold_with_a_gap_is_not_written_onto_states_read_from_a_redis_that_los
     use serde_json::json;
     use shared::Topic;
     let own = OwnRedis::with(Persistence::AofAlways);
-    let target = Target::new(&own.url(), false);
-    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
-    let conn = Connection::connect(&target, settings).await.unwrap();
+    let conn = connect(&own).await;
     let keys = Keyspace::new(unique("gap"), 1);
     let metrics = std::sync::Arc::new(projector::Metrics::new(["s".into(), "i".into(), "k".into()]));
     let at = "2026-01-01T00:00:00Z";
