@@ -13,9 +13,17 @@ use shared::Topic;
     about = "Projects study, interview and API-key events from Kafka into the Redis read model."
 )]
 pub struct Config {
-    /// Kafka bootstrap servers, comma-separated host:port.
-    #[arg(long, env = "KAFKA_BROKERS", default_value = "127.0.0.1:9092")]
-    pub brokers: String,
+    /// Kafka bootstrap servers, comma-separated host:port; by default bootstrap.servers of the Kafka
+    /// properties, or 127.0.0.1:9092.
+    #[arg(long, env = "KAFKA_BROKERS")]
+    pub brokers: Option<String>,
+
+    #[command(flatten)]
+    pub kafka: KafkaOptions,
+
+    /// The Kafka properties read from `kafka`, once loaded (see [`Config::load_kafka_properties`]).
+    #[arg(skip)]
+    pub kafka_properties: Option<Properties>,
 
     /// Consumer group id; every instance of one projection shares it.
     #[arg(long, env = "PROJECTOR_GROUP_ID", default_value = "read-model-projector")]
@@ -76,6 +84,7 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
+pub use crate::source::{KafkaOptions, Properties};
 pub use shared::process::{LogFormat, OptionalAddr};
 
 impl Config {
@@ -85,6 +94,29 @@ impl Config {
             return Err(crate::Error::Config("KEY_PREFIX must not contain braces".into()));
         }
         Ok(())
+    }
+
+    /// Reads the operator's Kafka properties (file, environment, flags) once; every client created
+    /// afterwards carries them. Logs their names, never their values.
+    pub fn load_kafka_properties(&mut self) -> Result<(), crate::Error> {
+        if self.kafka_properties.is_none() {
+            let properties = Properties::load(&self.kafka, std::env::vars()).map_err(crate::Error::Config)?;
+            if !properties.names().is_empty() {
+                tracing::info!(properties = ?properties.names(), "kafka client properties set (values not logged)");
+            }
+            self.kafka_properties = Some(properties);
+        }
+        Ok(())
+    }
+
+    /// The operator's Kafka properties (none until loaded).
+    pub fn kafka_properties(&self) -> Properties {
+        self.kafka_properties.clone().unwrap_or_default()
+    }
+
+    /// The brokers to bootstrap from.
+    pub fn brokers(&self) -> String {
+        self.kafka_properties().brokers(self.brokers.as_deref())
     }
 
     /// The configured name of a topic.

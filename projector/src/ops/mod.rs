@@ -86,7 +86,8 @@ pub enum Output {
 
 /// Does what the command line says, printing what an operator asked for.
 pub async fn run(cli: Cli) -> Result<(), Error> {
-    let config = cli.config;
+    let mut config = cli.config;
+    config.load_kafka_properties()?;
     match cli.command.unwrap_or(Command::Run) {
         Command::Run => crate::run(config, shared::process::shutdown_signal()).await,
         Command::Rebuild { grace_secs, handover_lag, handover_timeout_secs, lock_wait_secs } => {

@@ -42,8 +42,10 @@ pub struct Projector {
 
 impl Projector {
     /// Connects to Redis (waiting for it) and to the broker. `None` when shut down meanwhile.
-    pub async fn connect(config: Config, mut stopped: watch::Receiver<bool>) -> Result<Option<Self>, Error> {
+    pub async fn connect(mut config: Config, mut stopped: watch::Receiver<bool>) -> Result<Option<Self>, Error> {
         config.validate()?;
+        config.load_kafka_properties()?;
+        crate::source::check_prerequisites(&config).await?;
         let Some(mut conn) = store::connect(&config, &mut stopped).await else { return Ok(None) };
         store::check_no_eviction(&mut conn).await?;
         let metrics = Arc::new(Metrics::new(Topic::ALL.map(|t| config.topic_name(t).to_string())));

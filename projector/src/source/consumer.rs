@@ -78,8 +78,9 @@ pub type LiveConsumer = StreamConsumer<Context>;
 
 fn settings(config: &Config, group: &str) -> ClientConfig {
     let mut settings = ClientConfig::new();
+    config.kafka_properties().apply(&mut settings);
     settings
-        .set("bootstrap.servers", &config.brokers)
+        .set("bootstrap.servers", config.brokers())
         .set("group.id", group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
@@ -109,8 +110,10 @@ pub fn end_reader(config: &Config) -> KafkaResult<BaseConsumer> {
 /// The producer of dead letters and replays. Its largest message is the largest the consumer accepts
 /// (librdkafka's `receive.message.max.bytes`), so that any message read can be set aside whole.
 pub fn producer(config: &Config) -> KafkaResult<FutureProducer> {
-    ClientConfig::new()
-        .set("bootstrap.servers", &config.brokers)
+    let mut settings = ClientConfig::new();
+    config.kafka_properties().apply(&mut settings);
+    settings
+        .set("bootstrap.servers", config.brokers())
         .set("message.max.bytes", "100000000")
         .set("message.timeout.ms", "30000")
         .set("acks", "all")

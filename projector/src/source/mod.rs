@@ -5,6 +5,8 @@
 mod consumer;
 mod dead_letter;
 mod offsets;
+mod prerequisites;
+mod settings;
 mod undelivered;
 
 use std::collections::{BTreeSet, HashMap};
@@ -21,6 +23,8 @@ use tokio::sync::watch;
 pub use consumer::Batch;
 pub use dead_letter::{dead_letter_topic, list as list_dead_letters, replay as replay_dead_letters, DeadLetter};
 pub use offsets::Progress;
+pub use prerequisites::check as check_prerequisites;
+pub use settings::{KafkaOptions, Properties};
 
 use crate::config::Config;
 use crate::observe::Metrics;

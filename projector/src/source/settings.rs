@@ -1,0 +1,280 @@
+//! The Kafka client settings an operator gives: any librdkafka property, from a Java-style
+//! `client.properties` file (what Confluent Cloud, MSK and Aiven hand out), from `KAFKA_PROPERTY_<NAME>`
+//! variables, and from repeated `--kafka-property key=value` flags, in that order of precedence (a later
+//! one wins). The properties the projector's correctness depends on are its own and refused here. Values
+//! are never logged: they hold passwords and tokens.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use rdkafka::ClientConfig;
+
+/// Properties the projector sets itself; an operator's value would break what it promises.
+const OWNED: &[(&str, &str)] = &[
+    ("group.id", "set PROJECTOR_GROUP_ID instead"),
+    ("enable.auto.commit", "offsets are committed only once Redis holds what they cover"),
+    ("enable.auto.offset.store", "offsets are stored only once Redis holds what they cover"),
+    ("enable.partition.eof", "the projector decides where it needs to know a partition's end"),
+    ("isolation.level", "only committed messages may be projected"),
+];
+
+/// Properties of the Java client that librdkafka does not know and that need no counterpart: left
+/// out, with their names logged.
+const JAVA_ONLY: &[&str] = &[
+    "client.dns.lookup",
+    "sasl.login.callback.handler.class",
+    "sasl.client.callback.handler.class",
+    "key.serializer",
+    "value.serializer",
+    "key.deserializer",
+    "value.deserializer",
+    "schema.registry.url",
+    "basic.auth.credentials.source",
+    "basic.auth.user.info",
+];
+
+/// Java keystores librdkafka cannot read, with what to give instead.
+const JAVA_STORES: &[(&str, &str)] = &[
+    ("ssl.truststore.location", "ssl.ca.location (a PEM file)"),
+    ("ssl.keystore.location", "ssl.certificate.location and ssl.key.location (PEM files)"),
+];
+
+/// Where the operator's Kafka properties come from.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct KafkaOptions {
+    /// A Java-style client.properties file of Kafka client properties (key=value lines; # and ! start
+    /// comments), applied to every consumer and producer. `sasl.jaas.config` with a username and password
+    /// becomes sasl.username and sasl.password; Java-only properties are left out.
+    #[arg(long, env = "KAFKA_PROPERTIES_FILE")]
+    pub kafka_properties_file: Option<PathBuf>,
+
+    /// One librdkafka property, key=value; repeatable, and wins over the file. Each environment variable
+    /// KAFKA_PROPERTY_<NAME> sets one too, its name with dots as underscores (KAFKA_PROPERTY_SASL_MECHANISM).
+    #[arg(long = "kafka-property", value_name = "KEY=VALUE", value_parser = parse_pair, hide_env_values = true)]
+    pub kafka_property: Vec<(String, String)>,
+}
+
+/// The operator's properties, merged and checked; applied to every client the projector creates.
+#[derive(Clone, Default)]
+pub struct Properties(BTreeMap<String, String>);
+
+impl std::fmt::Debug for Properties {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.keys()).finish()
+    }
+}
+
+impl Properties {
+    /// Reads the file, the environment and the flags. `env` is the process environment.
+    pub fn load(options: &KafkaOptions, env: impl IntoIterator<Item = (String, String)>) -> Result<Self, String> {
+        let mut all = BTreeMap::new();
+        if let Some(path) = &options.kafka_properties_file {
+            all.extend(read_file(path)?);
+        }
+        all.extend(from_env(env));
+        all.extend(options.kafka_property.iter().cloned());
+        let mut properties = BTreeMap::new();
+        for (key, value) in all {
+            if let Some((_, why)) = OWNED.iter().find(|(k, _)| *k == key) {
+                return Err(format!("the Kafka property {key} cannot be set: {why}"));
+            }
+            if let Some((_, instead)) = JAVA_STORES.iter().find(|(k, _)| *k == key) {
+                return Err(format!("{key} is a Java keystore, which librdkafka cannot read: give {instead}"));
+            }
+            if JAVA_ONLY.contains(&key.as_str()) {
+                tracing::info!(property = %key, "left out a Kafka property only the Java client knows");
+                continue;
+            }
+            if key == "sasl.jaas.config" {
+                let (username, password) = jaas_credentials(&value).ok_or_else(|| {
+                    "sasl.jaas.config holds no username and password: give sasl.username and sasl.password".to_string()
+                })?;
+                properties.entry("sasl.username".into()).or_insert(username);
+                properties.entry("sasl.password".into()).or_insert(password);
+                continue;
+            }
+            properties.insert(key, value);
+        }
+        Ok(Self(properties))
+    }
+
+    /// The brokers to bootstrap from: `bootstrap.servers` of the properties, unless given by flag.
+    pub fn brokers(&self, flag: Option<&str>) -> String {
+        flag.map(str::to_string)
+            .or_else(|| self.0.get("bootstrap.servers").cloned())
+            .unwrap_or_else(|| "127.0.0.1:9092".to_string())
+    }
+
+    /// Sets every property on a client's settings.
+    pub fn apply(&self, settings: &mut ClientConfig) {
+        for (key, value) in &self.0 {
+            if key != "bootstrap.servers" {
+                settings.set(key, value);
+            }
+        }
+    }
+
+    /// The names of the properties set (never their values).
+    pub fn names(&self) -> Vec<&str> {
+        self.0.keys().map(String::as_str).collect()
+    }
+}
+
+fn parse_pair(pair: &str) -> Result<(String, String), String> {
+    let (key, value) = pair.split_once('=').ok_or("expected key=value")?;
+    let key = key.trim();
+    if key.is_empty() {
+        return Err("expected key=value, with a key".into());
+    }
+    Ok((key.to_string(), value.trim().to_string()))
+}
+
+/// A Java properties file as Kafka's tools write them: `key=value` (or `key: value`) per line, comments
+/// after `#` or `!`, a trailing backslash continuing a line.
+fn read_file(path: &Path) -> Result<Vec<(String, String)>, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read KAFKA_PROPERTIES_FILE {}: {e}", path.display()))?;
+    parse_properties(&text).map_err(|line| format!("{}:{line}: expected key=value", path.display()))
+}
+
+fn parse_properties(text: &str) -> Result<Vec<(String, String)>, usize> {
+    let mut out = Vec::new();
+    let mut pending = String::new();
+    let mut first_line = 0;
+    for (number, line) in text.lines().enumerate() {
+        let line = line.trim_start();
+        if pending.is_empty() {
+            if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+                continue;
+            }
+            first_line = number + 1;
+        }
+        match line.strip_suffix('\\') {
+            Some(head) => {
+                pending.push_str(head);
+                continue;
+            }
+            None => pending.push_str(line),
+        }
+        let entry = std::mem::take(&mut pending);
+        let at = entry.find(['=', ':']).ok_or(first_line)?;
+        let (key, value) = (entry[..at].trim(), entry[at + 1..].trim());
+        if key.is_empty() {
+            return Err(first_line);
+        }
+        out.push((key.to_string(), value.to_string()));
+    }
+    Ok(out)
+}
+
+/// `KAFKA_PROPERTY_SASL_MECHANISM=PLAIN` is `sasl.mechanism=PLAIN`.
+fn from_env(env: impl IntoIterator<Item = (String, String)>) -> Vec<(String, String)> {
+    env.into_iter()
+        .filter_map(|(name, value)| {
+            let rest = name.strip_prefix("KAFKA_PROPERTY_")?;
+            (!rest.is_empty()).then(|| (rest.to_ascii_lowercase().replace('_', "."), value))
+        })
+        .collect()
+}
+
+/// The username and password of a JAAS line such as Confluent Cloud's
+/// `org.apache.kafka.common.security.plain.PlainLoginModule required username='K' password='S';`.
+fn jaas_credentials(jaas: &str) -> Option<(String, String)> {
+    let field = |name: &str| {
+        let start = jaas.find(&format!("{name}="))? + name.len() + 1;
+        let rest = &jaas[start..];
+        let quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+        let end = rest[1..].find(quote)?;
+        Some(rest[1..=end].to_string())
+    };
+    Some((field("username")?, field("password")?))
+}
+
+/// The features librdkafka was built with (`builtin.features`), e.g. `ssl,sasl_plain,zstd`.
+pub fn builtin_features() -> String {
+    ClientConfig::new().create_native_config().and_then(|native| native.get("builtin.features")).unwrap_or_default()
+}
+
+/// What a client of the projector needs librdkafka to have been built with.
+pub const NEEDED_FEATURES: &[&str] = &["ssl", "sasl_plain", "sasl_scram", "sasl_oauthbearer", "zstd"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(file: Option<PathBuf>, flags: &[(&str, &str)]) -> KafkaOptions {
+        KafkaOptions {
+            kafka_properties_file: file,
+            kafka_property: flags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        }
+    }
+
+    #[test]
+    fn librdkafka_is_built_with_tls_every_sasl_mechanism_and_zstd() {
+        let features = builtin_features();
+        let have: Vec<&str> = features.split(',').collect();
+        for needed in NEEDED_FEATURES {
+            assert!(have.contains(needed), "{needed} missing from librdkafka's builtin.features: {features}");
+        }
+    }
+
+    #[test]
+    fn a_confluent_cloud_file_becomes_librdkafka_properties() {
+        let dir = std::env::temp_dir().join(format!("props-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("client.properties");
+        std::fs::write(
+            &path,
+            "# Required connection configs for Kafka producer, consumer, and admin\n\
+             bootstrap.servers=pkc-123.eu-west-1.aws.confluent.cloud:9092\n\
+             security.protocol=SASL_SSL\n\
+             sasl.mechanisms=PLAIN\n\
+             sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required \\\n  \
+             username='KEY' password='SE=CRET';\n\
+             ! a comment\n\
+             client.dns.lookup=use_all_dns_ips\n\
+             session.timeout.ms : 45000\n",
+        )
+        .unwrap();
+        let env = [("KAFKA_PROPERTY_SESSION_TIMEOUT_MS".to_string(), "30000".to_string())];
+        let props = Properties::load(&options(Some(path), &[("session.timeout.ms", "20000")]), env).unwrap();
+        assert_eq!(props.brokers(None), "pkc-123.eu-west-1.aws.confluent.cloud:9092");
+        assert_eq!(props.brokers(Some("a:1")), "a:1");
+        assert_eq!(props.0.get("sasl.username").map(String::as_str), Some("KEY"));
+        assert_eq!(props.0.get("sasl.password").map(String::as_str), Some("SE=CRET"));
+        assert_eq!(props.0.get("session.timeout.ms").map(String::as_str), Some("20000"), "a flag wins");
+        assert!(!props.0.contains_key("client.dns.lookup"));
+        assert!(!format!("{props:?}").contains("SE=CRET"), "values are never printed");
+        let mut settings = ClientConfig::new();
+        props.apply(&mut settings);
+        assert_eq!(settings.get("sasl.mechanisms"), Some("PLAIN"));
+        assert_eq!(settings.get("bootstrap.servers"), None, "the brokers are set by whoever creates the client");
+    }
+
+    #[test]
+    fn the_environment_names_properties_with_underscores_for_dots() {
+        let env = [
+            ("KAFKA_PROPERTY_SASL_MECHANISM".to_string(), "SCRAM-SHA-512".to_string()),
+            ("KAFKA_BROKERS".to_string(), "ignored".to_string()),
+        ];
+        let props = Properties::load(&options(None, &[]), env).unwrap();
+        assert_eq!(props.names(), ["sasl.mechanism"]);
+    }
+
+    #[test]
+    fn properties_the_projector_owns_and_java_keystores_are_refused_with_what_to_do() {
+        let err = Properties::load(&options(None, &[("enable.auto.commit", "true")]), []).unwrap_err();
+        assert!(err.contains("enable.auto.commit"), "{err}");
+        let err = Properties::load(&options(None, &[("ssl.truststore.location", "/x.jks")]), []).unwrap_err();
+        assert!(err.contains("ssl.ca.location"), "{err}");
+        let err = Properties::load(&options(None, &[("sasl.jaas.config", "x required;")]), []).unwrap_err();
+        assert!(err.contains("sasl.username"), "{err}");
+    }
+
+    #[test]
+    fn a_line_without_a_separator_names_its_line() {
+        assert_eq!(parse_properties("a=1\n\n# c\nbroken\n"), Err(4));
+        assert_eq!(parse_properties("a=1\\\n  2\nb:3").unwrap(), [("a".into(), "12".into()), ("b".into(), "3".into())]);
+        assert!(parse_pair("novalue").is_err());
+    }
+}
