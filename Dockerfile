@@ -9,9 +9,10 @@
 FROM rust:1-bookworm AS builder
 
 # rdkafka is built with its `cmake-build` feature (bundled librdkafka), which
-# needs cmake, and it links libcurl for OIDC support.
+# needs cmake; its `ssl` feature (TLS and SASL PLAIN, SCRAM and OAUTHBEARER to
+# the brokers) links OpenSSL; zstd is built in statically.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends cmake libcurl4-openssl-dev \
+    && apt-get install -y --no-install-recommends cmake libssl-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -30,10 +31,11 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 # ---- runtime base --------------------------------------------------------------
 FROM debian:bookworm-slim AS runtime
 
-# ca-certificates for TLS to real AWS/Kafka; libcurl4 is the runtime side of
-# the libcurl that librdkafka links.
+# ca-certificates: the system roots that TLS to Kafka (librdkafka), Redis
+# (rediss://, rustls) and S3 trust by default; libssl3: the OpenSSL librdkafka
+# links.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates libcurl4 \
+    && apt-get install -y --no-install-recommends ca-certificates libssl3 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home app
 USER app

@@ -31,16 +31,22 @@ impl Topics {
 
     /// Creates fresh topics with `partitions` partitions each.
     pub async fn with_partitions(partitions: i32) -> Self {
+        Self::create_on(client(), partitions, true).await
+    }
+
+    /// Creates fresh topics on the broker `client` reaches, with their dead-letter topics or without.
+    pub async fn create_on(client: ClientConfig, partitions: i32, dead_letters: bool) -> Self {
         let run = unique("t");
         let topics = Self {
             study: format!("{run}-study-events"),
             interview: format!("{run}-interview-events"),
             api_key: format!("{run}-api-key-events"),
         };
-        let admin: AdminClient<DefaultClientContext> =
-            ClientConfig::new().set("bootstrap.servers", env("KAFKA_BROKERS")).create().expect("admin client");
-        let names: Vec<String> =
-            Topic::ALL.iter().flat_map(|t| [topics.name(*t).to_string(), format!("{}.dlq", topics.name(*t))]).collect();
+        let admin: AdminClient<DefaultClientContext> = client.create().expect("admin client");
+        let mut names: Vec<String> = Topic::ALL.iter().map(|t| topics.name(*t).to_string()).collect();
+        if dead_letters {
+            names.extend(Topic::ALL.iter().map(|t| format!("{}.dlq", topics.name(*t))));
+        }
         let new: Vec<NewTopic> =
             names.iter().map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(1))).collect();
         let results = admin.create_topics(&new, &AdminOptions::new()).await.expect("create topics");
@@ -66,10 +72,31 @@ impl Topics {
     }
 }
 
+/// The settings of a client of the stack's broker.
+pub fn client() -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client.set("bootstrap.servers", env("KAFKA_BROKERS"));
+    client
+}
+
+/// The settings of a client of the stack's broker behind TLS, trusting the stack's CA.
+pub fn tls_client() -> ClientConfig {
+    let mut client = ClientConfig::new();
+    client
+        .set("bootstrap.servers", env("KAFKA_TLS_BROKERS"))
+        .set("security.protocol", "SSL")
+        .set("ssl.ca.location", env("TLS_CA_FILE"));
+    client
+}
+
 /// A producer as the main product might configure it, allowing messages up to 10 MB.
 pub fn producer() -> FutureProducer {
-    ClientConfig::new()
-        .set("bootstrap.servers", env("KAFKA_BROKERS"))
+    producer_on(client())
+}
+
+/// A producer of the broker `client` reaches, configured as [`producer`].
+pub fn producer_on(mut client: ClientConfig) -> FutureProducer {
+    client
         .set("message.max.bytes", "10000000")
         .set("linger.ms", "5")
         .set("message.timeout.ms", "60000")

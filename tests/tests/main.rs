@@ -12,6 +12,7 @@ mod edge;
 mod event_schemas;
 mod freshness;
 mod http;
+mod kafka_clients;
 mod logs;
 mod media;
 mod memory;

@@ -54,6 +54,10 @@ async fn readyz(State(health): State<Health>) -> Response {
         let body = json!({ "status": "redis out of memory", "reason": "Redis refuses writes: raise maxmemory or free memory; writes are retried" });
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
+    if let Some(error) = health.metrics.kafka.recent_consumer_error() {
+        let body = json!({ "status": "kafka consumer error", "reason": format!("a partition cannot be read and stays where it is: {error}"), "lag": lag });
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     if lag > 0 && idle >= health.stall_after.as_secs_f64() {
         let body = json!({ "status": "stalled", "lag": lag, "secondsSinceProgress": idle });
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();

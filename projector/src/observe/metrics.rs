@@ -115,6 +115,8 @@ pub struct Metrics {
     pub latest_event: Gauge<f64, AtomicU64>,
     /// The read model's Redis: memory, out of memory, healing after a loss.
     pub redis: super::redis_health::RedisHealth,
+    /// The errors librdkafka reported.
+    pub kafka: super::kafka_health::KafkaHealth,
     total_lag: AtomicI64,
 }
 
@@ -164,7 +166,9 @@ impl Metrics {
             latest_event.clone(),
         );
         let redis = super::redis_health::RedisHealth::register(&mut registry);
+        let kafka = super::kafka_health::KafkaHealth::register(&mut registry);
         Self {
+            kafka,
             latest_event,
             redis,
             registry,

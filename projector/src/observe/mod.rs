@@ -2,6 +2,7 @@
 //! histograms, and the small HTTP server of `/metrics`, `/livez` and `/readyz`.
 
 mod http;
+mod kafka_health;
 mod metrics;
 mod redis_health;
 

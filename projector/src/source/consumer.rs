@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use opentelemetry::propagation::Extractor;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
-use rdkafka::error::KafkaResult;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::FutureProducer;
 use rdkafka::statistics::Statistics;
@@ -31,6 +31,11 @@ pub struct Context {
 }
 
 impl ClientContext for Context {
+    fn error(&self, error: KafkaError, reason: &str) {
+        let code = error.rdkafka_error_code().map(|c| format!("{c:?}")).unwrap_or_else(|| "Other".into());
+        self.metrics.kafka.client_error(&code, reason);
+    }
+
     fn stats(&self, statistics: Statistics) {
         let now_ms = (now() * 1000.0) as i64;
         let last = self.last_timestamp.lock().expect("lag timestamps");
@@ -173,8 +178,8 @@ impl Extractor for Carrier<'_> {
 }
 
 /// Waits up to `idle` for one message, then takes whatever else arrives within `linger`, up to `max`
-/// messages. Empty when nothing arrived. A consumer error ends the wait early; it is logged, as
-/// librdkafka recovers from it by itself.
+/// messages. Empty when nothing arrived. A consumer error ends the wait early: librdkafka fetches the
+/// message again rather than skip it, and the error is counted and named by `/readyz`.
 pub async fn next_batch(
     consumer: &LiveConsumer,
     topics: &[String; 3],
@@ -188,7 +193,8 @@ pub async fn next_batch(
         match tokio::time::timeout_at(deadline, consumer.recv()).await {
             Ok(Ok(message)) => batch.push(message.detach()),
             Ok(Err(e)) => {
-                tracing::warn!(error = %e, "kafka consumer error");
+                let code = e.rdkafka_error_code().map(|c| format!("{c:?}")).unwrap_or_else(|| "Other".into());
+                consumer.context().metrics.kafka.consumer_error(&code, &e.to_string());
                 break;
             }
             Err(_) => break,

@@ -8,6 +8,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rdkafka::client::ClientContext;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::ClientConfig;
@@ -26,6 +27,13 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(15);
 struct LastError(Mutex<Option<String>>);
 
 impl ClientContext for LastError {
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        tracing::debug!(?level, facility, message, "librdkafka");
+        if (level as i32) <= (RDKafkaLogLevel::Error as i32) {
+            *self.0.lock().expect("last kafka error") = Some(message.to_string());
+        }
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         tracing::debug!(error = %error, reason, "kafka client error");
         *self.0.lock().expect("last kafka error") = Some(reason.to_string());
@@ -64,6 +72,8 @@ fn topics_exist(config: &Config) -> Result<(), Error> {
         .create_with_context(LastError::default())
         .map_err(|e| Error::Config(format!("kafka client settings: {e}")))?;
     let metadata = client.fetch_metadata(None, ANSWER_WITHIN).map_err(|e| {
+        // librdkafka queues its logs and errors for the client's next poll.
+        let _ = client.poll(Duration::from_millis(100));
         let reason = client.context().0.lock().expect("last kafka error").clone();
         Error::Refused(match reason {
             Some(reason) => format!("the Kafka brokers at {brokers} did not answer: {reason}"),

@@ -1,0 +1,119 @@
+//! What the projector knows of its Kafka clients beyond one batch: the errors librdkafka reported. A
+//! message the consumer cannot read (a compression it cannot undo, a topic it may not read or that
+//! disappeared) is never skipped: librdkafka fetches it again and again, and its partition goes no
+//! further. So each error is counted by code, logged at most every few seconds, and `/readyz` names it
+//! while it keeps coming.
+
+use std::sync::atomic::AtomicU64;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+/// How long an error keeps the projector unready after librdkafka last reported it.
+pub const ERROR_WINDOW: Duration = Duration::from_secs(30);
+
+/// How often the same kind of error is logged while it repeats.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    /// `consumer`: a message or partition could not be read; `client`: the connection, the login or
+    /// the brokers (librdkafka retries these by itself).
+    pub source: String,
+    pub code: String,
+}
+
+#[derive(Default)]
+pub struct KafkaHealth {
+    pub errors: Family<ErrorLabels, Counter<u64, AtomicU64>>,
+    /// The last consumer error: when, and what librdkafka said.
+    last: Mutex<Option<(Instant, String)>>,
+    /// When an error was last logged, and how many were not logged since.
+    logged: Mutex<Option<(Instant, u64)>>,
+}
+
+impl KafkaHealth {
+    pub fn register(registry: &mut Registry) -> Self {
+        let health = Self::default();
+        registry.register(
+            "kafka_errors",
+            "Errors reported by librdkafka, by source (consumer: a partition cannot be read; client) and code",
+            health.errors.clone(),
+        );
+        health
+    }
+
+    /// Records an error of the consumer: a partition stops at a message it cannot read.
+    pub fn consumer_error(&self, code: &str, message: &str) {
+        self.count("consumer", code);
+        *self.last.lock().expect("last kafka error") = Some((Instant::now(), message.to_string()));
+        if let Some(skipped) = self.should_log() {
+            tracing::error!(
+                error = message,
+                skipped,
+                "the kafka consumer cannot read a partition; it stays where it is"
+            );
+        }
+    }
+
+    /// Records an error of a client (connection, login, brokers), which librdkafka retries by itself.
+    pub fn client_error(&self, code: &str, message: &str) {
+        self.count("client", code);
+        if let Some(skipped) = self.should_log() {
+            tracing::warn!(error = message, skipped, "kafka client error");
+        }
+    }
+
+    /// The last consumer error, if it came within [`ERROR_WINDOW`].
+    pub fn recent_consumer_error(&self) -> Option<String> {
+        let last = self.last.lock().expect("last kafka error");
+        last.as_ref().filter(|(at, _)| at.elapsed() < ERROR_WINDOW).map(|(_, message)| message.clone())
+    }
+
+    fn count(&self, source: &str, code: &str) {
+        self.errors.get_or_create(&ErrorLabels { source: source.into(), code: code.into() }).inc();
+    }
+
+    /// `Some(errors not logged since the last line)` when this one is to be logged.
+    fn should_log(&self) -> Option<u64> {
+        let mut logged = self.logged.lock().expect("kafka error log");
+        match &mut *logged {
+            Some((at, skipped)) if at.elapsed() < LOG_EVERY => {
+                *skipped += 1;
+                None
+            }
+            other => {
+                let skipped = other.map(|(_, s)| s).unwrap_or(0);
+                *other = Some((Instant::now(), 0));
+                Some(skipped)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_consumer_error_is_counted_logged_once_in_a_while_and_named_while_recent() {
+        let health = KafkaHealth::default();
+        assert_eq!(health.recent_consumer_error(), None);
+        health.consumer_error("BadCompression", "Local: Invalid compressed data");
+        assert_eq!(health.should_log(), None, "the next one within the interval is not logged");
+        health.client_error("AllBrokersDown", "all brokers down");
+        assert_eq!(health.recent_consumer_error().as_deref(), Some("Local: Invalid compressed data"));
+        let consumer = ErrorLabels { source: "consumer".into(), code: "BadCompression".into() };
+        assert_eq!(health.errors.get_or_create(&consumer).get(), 1);
+        *health.last.lock().unwrap() = Some((Instant::now() - ERROR_WINDOW, "old".into()));
+        assert_eq!(
+            health.recent_consumer_error(),
+            None,
+            "an error no longer repeated stops counting against readiness"
+        );
+    }
+}

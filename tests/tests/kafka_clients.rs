@@ -1,0 +1,100 @@
+//! The projector against Kafka as operators run it: TLS configured only by a `client.properties` file
+//! (through a TLS terminator in front of the local broker, which has no TLS of its own), a CA that does
+//! not verify, topics compressed with zstd, and a dead-letter topic nobody created.
+
+use std::time::Duration;
+
+use end_to_end::events::{event, Outgoing};
+use end_to_end::kafka::{self, Topics};
+use end_to_end::{env, runner, unique};
+use serde_json::json;
+use shared::Topic;
+
+const WAIT: Duration = Duration::from_secs(60);
+
+fn studies(count: usize) -> Vec<Outgoing> {
+    (0..count)
+        .map(|i| {
+            let data = json!({ "internalTitle": format!("Study {i}") });
+            event(Topic::Study, "org", &format!("s{i}"), 1, "study.created", "2026-05-01T10:00:00Z", data)
+        })
+        .collect()
+}
+
+/// A `client.properties` file as a managed Kafka hands it out, in a directory of its own.
+fn properties_file(lines: &[String]) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique("kafka-props"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("client.properties");
+    std::fs::write(&path, format!("# written by a test\n{}\n", lines.join("\n"))).unwrap();
+    path
+}
+
+/// The projector's configuration for `topics`, its brokers and TLS given only by the file at `path`.
+fn configured_by_file(topics: &Topics, path: std::path::PathBuf) -> projector::Config {
+    let mut config = runner::config(topics, &unique("rm"), &unique("g"));
+    config.brokers = None;
+    config.kafka.kafka_properties_file = Some(path);
+    config
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_projector_reads_a_broker_over_tls_configured_only_by_a_client_properties_file() {
+    let topics = Topics::create_on(kafka::tls_client(), kafka::PARTITIONS, true).await;
+    let messages = studies(12);
+    kafka::publish(&kafka::producer_on(kafka::tls_client()), &topics, &messages).await;
+    let path = properties_file(&[
+        format!("bootstrap.servers={}", env("KAFKA_TLS_BROKERS")),
+        "security.protocol=SSL".into(),
+        format!("ssl.ca.location={}", env("TLS_CA_FILE")),
+        "client.dns.lookup=use_all_dns_ips".into(),
+    ]);
+    let running = runner::spawn(configured_by_file(&topics, path)).await;
+    running.wait_until_consumed(messages.len() as u64, WAIT).await;
+    assert_eq!(running.snapshot().applied, messages.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_that_does_not_verify_the_brokers_fails_the_start_with_one_line_that_says_so() {
+    let topics = Topics::create_on(kafka::tls_client(), 1, true).await;
+    let path = properties_file(&[
+        format!("bootstrap.servers={}", env("KAFKA_TLS_BROKERS")),
+        "security.protocol=SSL".into(),
+        format!("ssl.ca.location={}", env("TLS_OTHER_CA_FILE")),
+    ]);
+    let mut args = runner::args(&topics, &unique("rm"), &unique("g"));
+    let at = args.iter().position(|a| a == "--brokers").unwrap();
+    args.drain(at..at + 2);
+    let mut command = std::process::Command::new(runner::binary());
+    command.args(&args).env_remove("KAFKA_BROKERS").env("KAFKA_PROPERTIES_FILE", &path).env("RUST_LOG", "error");
+    let output = tokio::task::spawn_blocking(move || runner::output_within(command, WAIT)).await.unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the projector started with a CA that signed nothing: {stderr}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line, not a log of retries: {stderr}");
+    assert!(lines[0].contains(&env("KAFKA_TLS_BROKERS")), "{stderr}");
+    assert!(lines[0].contains("certificate verify failed"), "{stderr}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topic_compressed_with_zstd_is_projected() {
+    let topics = Topics::create().await;
+    let mut settings = kafka::client();
+    settings.set("compression.type", "zstd");
+    let messages = studies(30);
+    kafka::publish(&kafka::producer_on(settings), &topics, &messages).await;
+    let running = runner::spawn_caught_up(&topics, messages.len() as u64, WAIT).await;
+    assert_eq!(running.snapshot().applied, messages.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_dead_letter_topic_fails_the_start_and_is_named() {
+    let topics = Topics::create_on(kafka::client(), 1, false).await;
+    let config = runner::config(&topics, &unique("rm"), &unique("g"));
+    let error = tokio::time::timeout(WAIT, runner::run(config)).await.expect("the start ends").unwrap_err();
+    let message = error.to_string();
+    for topic in Topic::ALL {
+        assert!(message.contains(&format!("{}.dlq", topics.name(topic))), "{message}");
+    }
+    assert!(!message.contains(&format!("{},", topics.study)), "the source topics exist: {message}");
+}
