@@ -17,6 +17,7 @@ mod logs;
 mod media;
 mod memory;
 mod operability;
+mod probes;
 mod projection;
 mod read_cache;
 mod read_model_store;

@@ -1,5 +1,5 @@
 //! The operational routes: `/livez`, `/readyz` (public, and with its detail on the admin listener), and the
-//! answers to a path or method the API does not serve.
+//! answers to a path or method the API does not serve. None of them sends a command to Redis.
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -15,17 +15,21 @@ pub async fn livez() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// Ready: Redis answers and a read model exists. The public answer says only that; the admin listener's
-/// says which generation is served, or why not ready.
+/// Ready once an active generation has been read: from then on the instance answers every request itself,
+/// with data or with its own 503 and `Retry-After` while Redis is away or the read model is not servable,
+/// so a Redis blip does not take every instance out of the load balancer. Answered from the state the
+/// background refresh last read: a probe, or anyone calling it, causes no Redis command.
 pub async fn readyz(State(state): State<AppState>) -> Response {
-    match readiness(&state).await {
-        Ok(_) => Json(json!({ "status": "ready" })).into_response(),
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready" }))).into_response(),
+    if state.generation.known() {
+        Json(json!({ "status": "ready" })).into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready" }))).into_response()
     }
 }
 
+/// The admin listener's detail: which generation is served, as last refreshed, or why none is.
 pub async fn readyz_detail(State(state): State<AppState>) -> Response {
-    match readiness(&state).await {
+    match state.generation.serving() {
         Ok(generation) => {
             let freshness = state.freshness.get();
             let body = json!({
@@ -40,15 +44,6 @@ pub async fn readyz_detail(State(state): State<AppState>) -> Response {
             (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reason": reason }))).into_response()
         }
     }
-}
-
-/// The generation being served, or why there is none: read now, not as last followed.
-async fn readiness(state: &AppState) -> Result<u64, &'static str> {
-    if state.model.active_generation(state.generation.prefix()).await.is_err() {
-        return Err("redis is unreachable");
-    }
-    state.refresh().await;
-    state.generation.serving()
 }
 
 pub async fn not_found() -> ApiError {

@@ -96,6 +96,12 @@ impl Generation {
         Ok(())
     }
 
+    /// Whether an active generation has been read once: from then on this instance answers every request
+    /// itself (data, or 503 with `Retry-After` while the read model is not servable).
+    pub fn known(&self) -> bool {
+        self.generation.load(Ordering::Acquire) != UNKNOWN
+    }
+
     /// The generation being served, or why none is.
     pub fn serving(&self) -> Result<u64, &'static str> {
         match (self.generation.load(Ordering::Acquire), self.condition.load(Ordering::Acquire)) {
