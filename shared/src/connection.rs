@@ -2,8 +2,10 @@
 //! Cluster reached through some of its nodes. Every script and every pipeline of the service declares its
 //! keys and stays in one hash slot, so both binaries run the same code on either. The two things that
 //! differ live here: a batch of independent commands that may span slots ([`Connection::query_all`]),
-//! and a SCAN that must visit every primary ([`Connection::scan`]).
+//! and a SCAN that must visit every primary ([`Connection::scan`]). `rediss://` URLs trust and present what
+//! [`crate::redis_tls`] read from the TLS options.
 
+use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -15,9 +17,12 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::cluster_nodes::{self, Primary};
+use crate::redis_tls::{self, Tls};
+use crate::redis_url::redact;
 
-/// Where the read model lives: one server, or a cluster given by seed nodes.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// Where the read model lives: one server, or a cluster given by seed nodes. Shown (`Debug`, `Display`)
+/// without the passwords of its URLs.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Target {
     Single(String),
     Cluster(Vec<String>),
@@ -30,6 +35,31 @@ impl Target {
             Target::Cluster(urls.split(',').map(str::trim).filter(|u| !u.is_empty()).map(String::from).collect())
         } else {
             Target::Single(urls.trim().to_string())
+        }
+    }
+
+    /// Its URLs: the one server's, or every seed's.
+    pub fn urls(&self) -> &[String] {
+        match self {
+            Target::Single(url) => std::slice::from_ref(url),
+            Target::Cluster(seeds) => seeds,
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<String> = self.urls().iter().map(|url| redact(url)).collect();
+        f.write_str(&urls.join(","))
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<String> = self.urls().iter().map(|url| redact(url)).collect();
+        match self {
+            Target::Single(_) => f.debug_tuple("Single").field(&urls[0]).finish(),
+            Target::Cluster(_) => f.debug_tuple("Cluster").field(&urls).finish(),
         }
     }
 }
@@ -90,10 +120,20 @@ impl Cluster {
 }
 
 impl Connection {
+    /// Connects with the system's roots for a `rediss://` URL, and no client certificate.
     pub async fn connect(target: &Target, settings: Settings) -> RedisResult<Self> {
+        Self::connect_with(target, settings, &Tls::default()).await
+    }
+
+    /// Connects, trusting and presenting what `tls` holds on `rediss://` URLs.
+    pub async fn connect_with(target: &Target, settings: Settings, tls: &Tls) -> RedisResult<Self> {
+        redis_tls::install_crypto_provider();
         match target {
             Target::Single(url) => {
-                let client = redis::Client::open(url.as_str())?;
+                let client = match tls.certificates() {
+                    Some(certificates) => redis::Client::build_with_tls(url.as_str(), certificates.clone())?,
+                    None => redis::Client::open(url.as_str())?,
+                };
                 let config = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(settings.timeout))
                     .set_connection_timeout(Some(settings.timeout))
@@ -102,7 +142,11 @@ impl Connection {
                 Ok(Connection::Single(ConnectionManager::new_with_config(client, config).await?))
             }
             Target::Cluster(seeds) => {
-                let client = ClusterClientBuilder::new(seeds.iter().map(String::as_str))
+                let mut builder = ClusterClientBuilder::new(seeds.iter().map(String::as_str));
+                if let Some(certificates) = tls.certificates() {
+                    builder = builder.certs(certificates.clone());
+                }
+                let client = builder
                     .connection_timeout(settings.timeout)
                     .response_timeout(settings.timeout)
                     .retries(settings.cluster_retries)
@@ -305,5 +349,14 @@ mod tests {
             Target::Cluster(vec!["redis://a:1".into(), "redis://b:2".into()])
         );
         assert_eq!(Target::new(" redis://a:1 ", false), Target::Single("redis://a:1".into()));
+    }
+
+    #[test]
+    fn a_target_is_shown_without_passwords() {
+        let cluster = Target::new("rediss://u:one@a:1,rediss://u:two@b:2", true);
+        for shown in [format!("{cluster}"), format!("{cluster:?}")] {
+            assert!(!shown.contains("one") && !shown.contains("two") && shown.contains("u:***@b:2"), "{shown}");
+        }
+        assert_eq!(format!("{:?}", Target::new("redis://:pw@a:1", false)), r#"Single("redis://:***@a:1")"#);
     }
 }

@@ -12,6 +12,9 @@ pub mod keys;
 #[cfg(feature = "process")]
 pub mod process;
 pub mod projectors;
+#[cfg(feature = "connection")]
+pub mod redis_tls;
+pub mod redis_url;
 pub mod scope;
 pub mod time;
 
