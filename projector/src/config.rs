@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use clap::Parser;
 use shared::connection::{Settings, Target};
+use shared::redis_tls::{Tls, TlsOptions};
+use shared::redis_url::RedisUrl;
 use shared::Topic;
 
 #[derive(Debug, Clone, Parser)]
@@ -41,10 +43,14 @@ pub struct Config {
     #[arg(long, env = "API_KEY_TOPIC", default_value = "api-key-events")]
     pub api_key_topic: String,
 
-    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0; with --redis-cluster, the
-    /// comma-separated URLs of some nodes of the cluster.
+    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0, or rediss://user:password@host:port for
+    /// TLS and a Redis user; with --redis-cluster, the comma-separated URLs of some nodes of the cluster.
+    /// Shown and logged without its password.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
-    pub redis_url: String,
+    pub redis_url: RedisUrl,
+
+    #[command(flatten)]
+    pub redis_tls: TlsOptions,
 
     /// The read model is a Redis Cluster, reached through the nodes in REDIS_URL.
     #[arg(long, env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -143,7 +149,12 @@ impl Config {
 
     /// The Redis server or cluster of the read model.
     pub fn redis_target(&self) -> Target {
-        Target::new(&self.redis_url, self.redis_cluster)
+        Target::new(self.redis_url.expose(), self.redis_cluster)
+    }
+
+    /// The certificates a rediss:// connection trusts and presents, read from their files.
+    pub fn redis_tls(&self) -> Result<Tls, crate::Error> {
+        self.redis_tls.load(&self.redis_target()).map_err(crate::Error::RedisTls)
     }
 
     pub fn redis_settings(&self) -> Settings {

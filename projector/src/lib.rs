@@ -49,6 +49,12 @@ pub enum Error {
     Redis(#[from] redis::RedisError),
     #[error("invalid configuration: {0}")]
     Config(String),
+    /// A TLS option that cannot work (not a source: the error is one line).
+    #[error("invalid configuration: {0}")]
+    RedisTls(shared::redis_tls::TlsError),
+    /// Redis refused the connection in a way no retry can cure (see [`shared::redis_tls::refusal`]).
+    #[error("cannot connect to the read model's Redis at {target}: {refusal}")]
+    RedisRefused { target: String, refusal: shared::redis_tls::Refusal },
     #[error("{0}")]
     Refused(String),
 }

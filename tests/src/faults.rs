@@ -37,7 +37,7 @@ impl Healing {
     pub async fn start_under(prefix: &str, topics: &Topics, redis_url: &str, cluster: bool) -> Self {
         let prefix = prefix.to_string();
         let mut config = runner::config(topics, &prefix, &unique("g"));
-        config.redis_url = redis_url.to_string();
+        config.redis_url = redis_url.into();
         config.redis_cluster = cluster;
         config.redis_timeout_ms = 1000;
         let projector = spawn(&config).await;

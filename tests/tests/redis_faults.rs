@@ -229,7 +229,7 @@ async fn a_full_redis_is_reported_by_readiness_and_gauges_and_writes_resume_once
     let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 2);
     let topics = Topics::holding(first).await;
     let mut config = runner::config(&topics, &end_to_end::unique("rm"), &end_to_end::unique("g"));
-    config.redis_url = redis.url();
+    config.redis_url = redis.url().into();
     config.redis_cluster = false;
     config.http_addr = "127.0.0.1:0".parse().unwrap();
     let running = runner::spawn(config).await;

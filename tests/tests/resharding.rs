@@ -80,7 +80,7 @@ async fn moving_an_organizations_slot_under_load_returns_no_error_and_loses_no_e
     let topics = Topics::holding(&[key(&org, "k", SECRET).messages, studies(&org, 0, BEFORE)].concat()).await;
     let prefix = unique("rs");
     let mut projector_config = runner::config(&topics, &prefix, &unique("g"));
-    projector_config.redis_url = env("REDIS_CLUSTER_URLS");
+    projector_config.redis_url = env("REDIS_CLUSTER_URLS").into();
     projector_config.redis_cluster = true;
     let projector = runner::spawn(projector_config).await;
     let mut api_config = config(&prefix, &env("REDIS_CLUSTER_URLS"));

@@ -20,7 +20,7 @@ async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_event
 
     let prefix = unique("rm");
     let mut config = runner::config(&topics, &prefix, &unique("g"));
-    config.redis_url = redis.url();
+    config.redis_url = redis.url().into();
     config.redis_cluster = false;
     config.redis_timeout_ms = 500;
     let running = eventually(Duration::from_secs(10), "the projector to connect", || {
@@ -66,7 +66,7 @@ async fn a_projector_refuses_a_redis_that_may_evict_keys_with_one_line_saying_wh
         .unwrap();
     let topics = Topics::create().await;
     let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
-    (config.redis_url, config.redis_cluster) = (redis.url(), false);
+    (config.redis_url, config.redis_cluster) = (redis.url().into(), false);
     let outcome = tokio::time::timeout(Duration::from_secs(30), runner::run(config)).await;
     let error = outcome.expect("it refuses at once, it does not run").expect_err("it refuses");
     let line = error.to_string();

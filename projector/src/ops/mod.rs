@@ -100,3 +100,32 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         Command::Dlq { action: DlqAction::Replay } => dlq::replay(&config).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::Cli;
+
+    #[test]
+    fn the_redis_options_parse_and_the_password_never_prints() {
+        let cli = Cli::parse_from([
+            "projector",
+            "--redis-url",
+            "rediss://projector:hunter2@redis.example:6380",
+            "--redis-ca-file",
+            "/etc/redis/ca.pem",
+            "--redis-client-cert-file",
+            "/etc/redis/client.pem",
+            "--redis-client-key-file",
+            "/etc/redis/client.key",
+            "status",
+        ]);
+        let tls = &cli.config.redis_tls;
+        assert_eq!(tls.ca_file.as_deref(), Some(std::path::Path::new("/etc/redis/ca.pem")));
+        assert!(tls.client_cert_file.is_some() && tls.client_key_file.is_some());
+        let shown = format!("{cli:?} {} {:?}", cli.config.redis_target(), cli.config.redis_target());
+        assert!(!shown.contains("hunter2") && shown.contains("projector:***@redis.example:6380"), "{shown}");
+        assert_eq!(cli.config.redis_url.expose(), "rediss://projector:hunter2@redis.example:6380");
+    }
+}

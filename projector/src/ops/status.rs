@@ -54,7 +54,7 @@ pub struct PartitionLag {
 /// A connection to the read model's Redis for a one-shot command, waiting for it with backoff.
 pub async fn connect(config: &Config) -> Result<Connection, Error> {
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
-    store::connect(config, &mut stopped).await.ok_or_else(|| Error::Refused("redis is not reachable".into()))
+    store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("redis is not reachable".into()))
 }
 
 pub async fn run(config: &Config, output: Output) -> Result<(), Error> {

@@ -46,7 +46,7 @@ impl Projector {
         config.validate()?;
         config.load_kafka_properties()?;
         crate::source::check_prerequisites(&config).await?;
-        let Some(mut conn) = store::connect(&config, &mut stopped).await else { return Ok(None) };
+        let Some(mut conn) = store::connect(&config, &mut stopped).await? else { return Ok(None) };
         store::check_no_eviction(&mut conn).await?;
         let metrics = Arc::new(Metrics::new(Topic::ALL.map(|t| config.topic_name(t).to_string())));
         let active: Option<u64> =

@@ -133,7 +133,7 @@ pub async fn run(
     notify: Notify<'_>,
 ) -> Result<Option<u64>, Error> {
     let prefix = config.key_prefix.clone();
-    let Some(mut conn) = store::connect(&config, &mut stopped).await else { return Ok(None) };
+    let Some(mut conn) = store::connect(&config, &mut stopped).await? else { return Ok(None) };
     let token = uuid::Uuid::new_v4().to_string();
     let lock = Keyspace::rebuild_lock(&prefix);
     let deadline = Instant::now() + options.lock_wait;

@@ -3,23 +3,29 @@
 
 use redis::aio::ConnectionLike;
 use shared::connection::Connection;
+use shared::redis_tls::refusal;
 use shared::Keyspace;
 use tokio::sync::watch;
 
 use crate::backoff::Backoff;
 use crate::config::Config;
 
-/// Connects to the read model's Redis, waiting for it with backoff. `None` when shut down meanwhile.
-pub async fn connect(config: &Config, stopped: &mut watch::Receiver<bool>) -> Option<Connection> {
-    let (target, settings) = (config.redis_target(), config.redis_settings());
+/// Connects to the read model's Redis, waiting for it with backoff. `None` when shut down meanwhile. A
+/// TLS option that cannot work, or a connection Redis refuses for good (a certificate not trusted, a
+/// password refused), is an error at once: no retry would cure it.
+pub async fn connect(config: &Config, stopped: &mut watch::Receiver<bool>) -> Result<Option<Connection>, crate::Error> {
+    let (target, settings, tls) = (config.redis_target(), config.redis_settings(), config.redis_tls()?);
     let mut backoff = Backoff::new();
     loop {
-        match Connection::connect(&target, settings).await {
-            Ok(conn) => return Some(conn),
+        match Connection::connect_with(&target, settings, &tls).await {
+            Ok(conn) => return Ok(Some(conn)),
             Err(e) => {
+                if let Some(refusal) = refusal(&e) {
+                    return Err(crate::Error::RedisRefused { target: target.to_string(), refusal });
+                }
                 tracing::warn!(error = %e, "redis is not reachable yet");
                 if !backoff.wait(stopped).await {
-                    return None;
+                    return Ok(None);
                 }
             }
         }
