@@ -4,6 +4,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
+use shared::connection::Target;
+use shared::redis_tls::TlsOptions;
+use shared::redis_url::RedisUrl;
 
 #[derive(Debug, Clone, Parser)]
 #[command(name = "query-api", version, about = "Serves completed studies and interviews from the Redis read model.")]
@@ -17,10 +20,14 @@ pub struct Config {
     #[arg(long, env = "ADMIN_ADDR", default_value = "127.0.0.1:9465")]
     pub admin_addr: OptionalAddr,
 
-    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0; with --redis-cluster, the
-    /// comma-separated URLs of some nodes of the cluster.
+    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0, or rediss://user:password@host:port for
+    /// TLS and a Redis user; with --redis-cluster, the comma-separated URLs of some nodes of the cluster.
+    /// Shown and logged without its password.
     #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
-    pub redis_url: String,
+    pub redis_url: RedisUrl,
+
+    #[command(flatten)]
+    pub redis_tls: TlsOptions,
 
     /// The read model is a Redis Cluster, reached through the nodes in REDIS_URL.
     #[arg(long, env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -133,6 +140,11 @@ impl Config {
         Ok(())
     }
 
+    /// The Redis server or cluster of the read model.
+    pub fn redis_target(&self) -> Target {
+        Target::new(self.redis_url.expose(), self.redis_cluster)
+    }
+
     pub fn header_read_timeout(&self) -> Duration {
         Duration::from_millis(self.header_read_timeout_ms)
     }
@@ -169,5 +181,27 @@ mod tests {
         let admin = Config::parse_from(["query-api"]).admin_addr.0.expect("an admin listener by default");
         assert!(admin.ip().is_loopback(), "metrics stay off the network unless asked for");
         assert_eq!(Config::parse_from(["query-api", "--admin-addr", "off"]).admin_addr.0, None);
+    }
+
+    #[test]
+    fn the_redis_options_parse_and_the_password_never_prints() {
+        let config = Config::parse_from([
+            "query-api",
+            "--redis-url",
+            "rediss://query-api:hunter2@redis.example:6380",
+            "--redis-ca-file",
+            "/etc/redis/ca.pem",
+            "--redis-client-cert-file",
+            "/etc/redis/client.pem",
+            "--redis-client-key-file",
+            "/etc/redis/client.key",
+        ]);
+        assert_eq!(config.redis_url.expose(), "rediss://query-api:hunter2@redis.example:6380");
+        assert_eq!(config.redis_tls.ca_file.as_deref(), Some(std::path::Path::new("/etc/redis/ca.pem")));
+        assert!(config.redis_tls.client_cert_file.is_some() && config.redis_tls.client_key_file.is_some());
+        let shown = format!("{config:?} {:?}", config.redis_target());
+        assert!(!shown.contains("hunter2") && shown.contains("query-api:***@redis.example"), "{shown}");
+        let plain = Config::parse_from(["query-api"]);
+        assert!(plain.redis_tls.ca_file.is_none(), "the system's roots unless a CA is given");
     }
 }

@@ -62,11 +62,41 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    let target = config.redis_target();
+    let tls = config.redis_tls.load(&target).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let links = links::Presigner::from_config(&config).await;
-    let state = AppState::new(&config, links)?;
+    let state = AppState::new(&config, tls, links)?;
+    // The first connection is made beside the server, so that a Redis that is away or hangs delays nothing
+    // (requests are answered 503 meanwhile); one Redis refuses for good stops the server instead, before
+    // the background refresh starts (which would log the same failure again).
+    let refused = std::sync::Arc::new(std::sync::OnceLock::new());
+    let (connected, mut first_attempt) = tokio::sync::watch::channel(false);
+    let first_connection = {
+        let (model, refused) = (state.model.clone(), refused.clone());
+        async move {
+            match model.connect_at_start().await {
+                Err(refusal) => drop(refused.set(refusal)),
+                Ok(()) => {
+                    let _ = connected.send(true);
+                    std::future::pending().await
+                }
+            }
+        }
+    };
+    let shutdown = async move {
+        tokio::select! {
+            () = shutdown => {}
+            () = first_connection => {}
+        }
+    };
     // Dropped when this function returns, however it returns: the tasks stop with the server.
     let mut tasks = Tasks::default();
-    tasks.spawn(state.clone().follow(config.generation_refresh()));
+    let follow = state.clone().follow(config.generation_refresh());
+    tasks.spawn(async move {
+        if first_attempt.wait_for(|attempted| *attempted).await.is_ok() {
+            follow.await
+        }
+    });
     tasks.spawn(state.clone().prune_rate_limit(std::time::Duration::from_secs(10)));
     tracing::info!(addr = %listener.local_addr()?, prefix = %config.key_prefix, "query API listening");
     if let Some(admin) = admin {
@@ -80,5 +110,8 @@ pub async fn run(
     }
     let app = edge::app(state, &config);
     edge::accept::serve(listener, app, config.header_read_timeout(), config.shutdown_drain(), shutdown).await;
-    Ok(())
+    match refused.get() {
+        Some(refusal) => Err(anyhow::anyhow!("cannot connect to the read model's Redis at {target}: {refusal}")),
+        None => Ok(()),
+    }
 }

@@ -11,6 +11,7 @@ use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use shared::redis_tls::Tls;
 use shared::Keyspace;
 
 use crate::auth::key_cache::{KeyCache, KeyIndexEpoch};
@@ -49,8 +50,8 @@ impl Deref for AppState {
 }
 
 impl AppState {
-    pub fn new(config: &Config, links: Option<Presigner>) -> Result<Self, redis::RedisError> {
-        let model = ReadModel::new(&config.redis_url, config.redis_cluster, config.redis_timeout())?;
+    pub fn new(config: &Config, tls: Tls, links: Option<Presigner>) -> Result<Self, redis::RedisError> {
+        let model = ReadModel::new(config.redis_target(), tls, config.redis_timeout())?;
         let metrics = Arc::new(Metrics::default());
         let auth = Auth::new(
             model.clone(),

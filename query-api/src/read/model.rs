@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use redis::{RedisError, RedisResult, ScriptInvocation, Value};
 use shared::connection::{Connection, Settings, Target};
+use shared::redis_tls::{refusal, Refusal, Tls};
 use shared::scope::Scope;
 use shared::Keyspace;
 use tokio::sync::OnceCell;
@@ -76,26 +77,36 @@ pub struct ReadModel(Arc<Lazy>);
 struct Lazy {
     target: Target,
     settings: Settings,
+    tls: Tls,
     conn: OnceCell<Connection>,
 }
 
 impl ReadModel {
-    /// Checks the URL now; connects on first use.
-    pub fn new(redis_url: &str, cluster: bool, timeout: Duration) -> RedisResult<Self> {
-        let target = Target::new(redis_url, cluster);
+    /// Checks the URL now; connects on first use, with the certificates of `tls` on `rediss://`.
+    pub fn new(target: Target, tls: Tls, timeout: Duration) -> RedisResult<Self> {
         if let Target::Single(url) = &target {
             redis::Client::open(url.as_str())?;
         }
         // Retries on a cluster wait 10 ms doubling: ten of them (about 2.5 s at most) ride out a slot moving.
         let settings = Settings { timeout, cluster_retries: 10 };
-        Ok(Self(Arc::new(Lazy { target, settings, conn: OnceCell::new() })))
+        Ok(Self(Arc::new(Lazy { target, settings, tls, conn: OnceCell::new() })))
+    }
+
+    /// Connects now, as the API starts: Redis refusing the connection for good (a certificate not trusted,
+    /// a password refused) is an error, while a Redis that is merely away is left to the requests, which
+    /// answer 503 until it is back.
+    pub async fn connect_at_start(&self) -> Result<(), Refusal> {
+        match self.conn().await {
+            Err(e) => refusal(&e).map_or(Ok(()), Err),
+            Ok(_) => Ok(()),
+        }
     }
 
     /// The connection; made now if it is not yet, failing within the Redis timeout.
     async fn conn(&self) -> RedisResult<&Connection> {
         let lazy = &self.0;
         let connect = async {
-            let conn = Connection::connect(&lazy.target, lazy.settings);
+            let conn = Connection::connect_with(&lazy.target, lazy.settings, &lazy.tls);
             match tokio::time::timeout(lazy.settings.timeout, conn).await {
                 Ok(conn) => conn,
                 Err(_) => Err(RedisError::from(std::io::Error::from(std::io::ErrorKind::TimedOut))),
