@@ -19,7 +19,7 @@ use super::loss::{NodeInfo, Seen};
 use crate::batch::{Doubt, Guard};
 use crate::observe::{Metrics, NodeLabels};
 use crate::source::Partition;
-use crate::store::position;
+use crate::store::{is_refused, position};
 
 /// What one projector remembers between two looks.
 pub struct Watch {
@@ -113,11 +113,6 @@ impl Guard for Watch {
             Err(e) => Err(Doubt::Unanswered(e.to_string())),
         }
     }
-}
-
-/// Whether Redis refused a command to this user (an ACL without it).
-fn is_refused(e: &redis::RedisError) -> bool {
-    e.code() == Some("NOPERM") || e.to_string().contains("NOPERM")
 }
 
 /// Every primary's `INFO`, by address; sets the memory gauges on the way.

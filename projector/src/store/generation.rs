@@ -1,6 +1,8 @@
 //! Generations of the read model as a whole: connecting to the Redis that holds them, which one is
 //! active, every key of one, and deleting one.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use redis::aio::ConnectionLike;
 use shared::connection::Connection;
 use shared::redis_tls::refusal;
@@ -33,21 +35,33 @@ pub async fn connect(config: &Config, stopped: &mut watch::Receiver<bool>) -> Re
 }
 
 /// Refuses a Redis that may evict keys: a read model that loses keys silently answers 401 to valid keys
-/// and short lists. Checked on the one server or every primary of a cluster; a server that refuses
-/// `CONFIG GET` (a managed Redis may) is taken on trust, with a warning.
+/// and short lists. Checked on the one server or every primary of a cluster, from `INFO memory` (the
+/// section loss detection reads too; no `CONFIG`, which managed services often deny). A user that may not
+/// run `INFO` is taken on trust, said once per process; any other failure to read it, with a warning.
 pub async fn check_no_eviction(conn: &mut Connection) -> Result<(), crate::Error> {
-    let mut get = redis::cmd("CONFIG");
-    get.arg("GET").arg("maxmemory-policy");
-    let replies = match conn.on_every_primary(&get).await {
+    static REFUSED: AtomicBool = AtomicBool::new(false);
+    let mut info = redis::cmd("INFO");
+    info.arg("memory");
+    let replies = match conn.on_every_primary(&info).await {
         Ok(replies) => replies,
+        Err(e) if is_refused(&e) => {
+            if !REFUSED.swap(true, Ordering::Relaxed) {
+                tracing::warn!(
+                    error = %e,
+                    "this Redis user may not run INFO: maxmemory-policy is not checked; make sure it is noeviction \
+                     (grant +info to have it checked)"
+                );
+            }
+            return Ok(());
+        }
         Err(e) => {
             tracing::warn!(error = %e, "could not read maxmemory-policy; make sure it is noeviction");
             return Ok(());
         }
     };
     for reply in replies {
-        let pair: Vec<String> = redis::from_redis_value(reply).unwrap_or_default();
-        match pair.get(1).map(String::as_str) {
+        let info: String = redis::from_redis_value(reply).unwrap_or_default();
+        match maxmemory_policy(&info) {
             Some("noeviction") | None => {}
             Some(policy) => {
                 return Err(crate::Error::Config(format!(
@@ -58,6 +72,16 @@ pub async fn check_no_eviction(conn: &mut Connection) -> Result<(), crate::Error
         }
     }
     Ok(())
+}
+
+/// `maxmemory_policy` of an `INFO memory` reply.
+fn maxmemory_policy(info: &str) -> Option<&str> {
+    info.lines().find_map(|line| line.trim_end().strip_prefix("maxmemory_policy:"))
+}
+
+/// Whether Redis refused a command to this user (an ACL without it).
+pub fn is_refused(e: &redis::RedisError) -> bool {
+    e.code() == Some("NOPERM") || e.to_string().contains("NOPERM")
 }
 
 /// The generation the projector writes to: the active one, which is set to 1 if there is none yet.
@@ -90,4 +114,16 @@ pub(super) fn one(name: &str, key: &str) -> redis::Cmd {
     let mut cmd = redis::cmd(name);
     cmd.arg(key);
     cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_eviction_policy_is_read_from_info_memory() {
+        let info = "# Memory\r\nused_memory:1024\r\nmaxmemory_policy:allkeys-lru\r\nmem_fragmentation_ratio:1.2\r\n";
+        assert_eq!(maxmemory_policy(info), Some("allkeys-lru"));
+        assert_eq!(maxmemory_policy("# Memory\r\nused_memory:1\r\n"), None);
+    }
 }

@@ -20,7 +20,7 @@ use shared::connection::Connection;
 use shared::{Event, Keyspace, Topic};
 
 pub use digest::Digest;
-pub use generation::{active_generation, check_no_eviction, connect, delete_generation, generation_keys};
+pub use generation::{active_generation, check_no_eviction, connect, delete_generation, generation_keys, is_refused};
 
 use crate::batch::{Doubt, Guard};
 use crate::fold::{fold, State, Verdict};
