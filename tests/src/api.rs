@@ -132,11 +132,23 @@ impl World {
 
     /// A world whose API runs with settings of the test's choosing.
     pub async fn start_with(messages: &[Outgoing], configure: impl FnOnce(&mut query_api::Config)) -> Self {
+        Self::start_configured(messages, &unique("api"), |_| {}, configure).await
+    }
+
+    /// A world under `prefix` whose projector and API both run with settings of the test's choosing.
+    pub async fn start_configured(
+        messages: &[Outgoing],
+        prefix: &str,
+        configure_projector: impl FnOnce(&mut projector::Config),
+        configure_api: impl FnOnce(&mut query_api::Config),
+    ) -> Self {
         let topics = Topics::create().await;
-        let prefix = unique("api");
-        let projector = runner::spawn(runner::config(&topics, &prefix, &unique("g"))).await;
+        let prefix = prefix.to_string();
+        let mut projector = runner::config(&topics, &prefix, &unique("g"));
+        configure_projector(&mut projector);
+        let projector = runner::spawn(projector).await;
         let mut api = config(&prefix, &env("REDIS_URL"));
-        configure(&mut api);
+        configure_api(&mut api);
         let app = spawn_app(api).await;
         let mut world = Self { topics, prefix, app, projector, producer: kafka::producer(), published: 0 };
         world.publish(messages).await;

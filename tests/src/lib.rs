@@ -17,6 +17,7 @@ pub mod metrics;
 pub mod otlp;
 pub mod own_redis;
 pub mod read_model;
+pub mod rediss;
 mod rng;
 pub mod runner;
 pub mod s3;

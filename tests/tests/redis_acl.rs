@@ -1,0 +1,196 @@
+//! The users of deploy/redis/users.acl (which `scripts/stack up` loads into the stack's Redis) may do no
+//! more than the file says: no flush, no reconfiguring, no key outside `rm:*`, no writes for the API's
+//! user, not even through a script; the projector's operator commands run as its user; a projector whose
+//! user may not run `INFO` projects and heals all the same and says so once; and the file loads as an
+//! `aclfile`.
+
+use std::process::Command;
+use std::time::Duration;
+
+use end_to_end::api::World;
+use end_to_end::events::sha256_hex;
+use end_to_end::fixture::{self, ACME, ACME_KEY};
+use end_to_end::kafka::{self, Topics};
+use end_to_end::rediss::{admin, connect_as, prefix, projector_args, run_projector, tls, USERS};
+use end_to_end::runner::{self, KillOnDrop};
+use end_to_end::{env, eventually, unique};
+use redis::Value;
+use shared::connection::Connection;
+use shared::Keyspace;
+
+/// What `ACL DRYRUN` says of `user` running `command`: `None` when it may.
+async fn dry_run(admin: &mut Connection, user: &str, command: &[&str]) -> Option<String> {
+    let reply: Value = redis::cmd("ACL").arg("DRYRUN").arg(user).arg(command).query_async(admin).await.unwrap();
+    match reply {
+        Value::Okay => None,
+        other => Some(redis::from_redis_value::<String>(other).unwrap_or_else(|e| format!("{e}"))),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_users_may_not_flush_reconfigure_run_their_own_scripts_or_reach_other_keys() {
+    let mut admin = admin().await;
+    let key = format!("{}:x", prefix());
+    // Asked of Redis rather than run: a FLUSHALL let through would empty the stack under the other tests.
+    let never: [&[&str]; 10] = [
+        &["FLUSHALL"],
+        &["FLUSHDB"],
+        &["CONFIG", "SET", "maxmemory-policy", "allkeys-lru"],
+        &["CONFIG", "GET", "maxmemory"],
+        &["KEYS", "*"],
+        &["DEBUG", "SLEEP", "0"],
+        &["EVAL", "return 1", "0"],
+        &["SCRIPT", "FLUSH"],
+        &["ACL", "LIST"],
+        &["PUBLISH", "channel", "message"],
+    ];
+    for user in ["projector", "query-api"] {
+        for command in never {
+            assert!(dry_run(&mut admin, user, command).await.is_some(), "{user} may run {command:?}");
+        }
+        let elsewhere = dry_run(&mut admin, user, &["GET", "elsewhere:x"]).await.unwrap_or_default();
+        assert!(elsewhere.contains("no permissions to access"), "{user} reaches keys outside rm:*: {elsewhere}");
+    }
+    for write in [&["SET", &key, "1"][..], &["DEL", &key], &["HSET", &key, "f", "v"], &["ZADD", &key, "1", "m"]] {
+        assert!(dry_run(&mut admin, "query-api", write).await.is_some(), "query-api may write: {write:?}");
+        assert_eq!(dry_run(&mut admin, "projector", write).await, None, "the projector may write {write:?}");
+    }
+
+    // As the users themselves, over TLS: what is refused is refused, and a script the API's user loads
+    // cannot write either, since a script may run only its user's commands.
+    let (mut projector, mut api) =
+        (connect_as(&env("REDIS_PROJECTOR_TLS_URL")).await, connect_as(&env("REDIS_QUERY_API_TLS_URL")).await);
+    let refused = |result: redis::RedisResult<Value>| result.is_err_and(|e| e.code() == Some("NOPERM"));
+    assert!(refused(redis::cmd("CONFIG").arg("GET").arg("maxmemory").query_async(&mut projector).await));
+    assert!(refused(redis::cmd("GET").arg("elsewhere:x").query_async(&mut projector).await));
+    assert!(refused(redis::cmd("SET").arg(&key).arg(1).query_async(&mut api).await));
+    let write = redis::Script::new("return redis.call('SET', KEYS[1], 'written')");
+    let scripted: redis::RedisResult<Value> = write.key(&key).invoke_async(&mut api).await;
+    assert!(scripted.as_ref().is_err_and(|e| e.to_string().contains("can't run this command")), "{scripted:?}");
+    let _: () = redis::cmd("SET").arg(&key).arg("by the projector").query_async(&mut projector).await.unwrap();
+    let read: String = redis::cmd("GET").arg(&key).query_async(&mut api).await.unwrap();
+    assert_eq!(read, "by the projector");
+    let _: () = redis::cmd("DEL").arg(&key).query_async(&mut projector).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_whose_user_may_not_run_info_projects_heals_and_says_so_once() {
+    let mut admin = admin().await;
+    let user = unique("projector-no-info");
+    let rules = USERS.lines().find_map(|line| line.strip_prefix("user projector ")).expect("the projector's user");
+    let mut setuser = redis::cmd("ACL");
+    setuser.arg("SETUSER").arg(&user).arg("reset");
+    for rule in rules.split_whitespace() {
+        setuser.arg(rule.replace("CHANGE-ME", "no-info-password"));
+    }
+    let _: () = setuser.arg("-info").query_async(&mut admin).await.unwrap();
+
+    let topics = Topics::create().await;
+    let prefix = prefix();
+    let args = projector_args(&topics, &prefix, &format!("rediss://{user}:no-info-password@127.0.0.1:{}", tls_port()));
+    let log = std::env::temp_dir().join(format!("{user}.log"));
+    let mut command = Command::new(runner::binary());
+    command.args(args).args(["--redis-ca-file", &env("TLS_CA_FILE")]).env("RUST_LOG", "warn");
+    let projector = KillOnDrop(command.stderr(std::fs::File::create(&log).unwrap()).spawn().expect("projector starts"));
+
+    let messages = [
+        fixture::key(ACME, "k1", "no-info-key-1").messages,
+        fixture::completed_study(ACME, "s1", "2026-03-01T10:00:00Z").messages,
+    ]
+    .concat();
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let keys = Keyspace::new(prefix, 1);
+    eventually(Duration::from_secs(60), "the key projected and the read model complete", || {
+        let mut admin = admin.clone();
+        let (key, healing) = (keys.api_key_sha(&sha256_hex("no-info-key-1")), keys.healing());
+        async move {
+            let (found, entries): (bool, u64) =
+                redis::pipe().exists(key).hlen(healing).query_async(&mut admin).await.ok()?;
+            (found && entries == 0).then_some(())
+        }
+    })
+    .await;
+    // Its positions gone (as a Redis that lost data would have them): a loss, told by the positions alone,
+    // after which the eviction check is asked again.
+    let _: () = redis::cmd("DEL").arg(keys.position("position-0")).query_async(&mut admin).await.unwrap();
+    kafka::publish(&kafka::producer(), &topics, &[fixture::key_created(ACME, "k2", 1, "no-info-key-2")]).await;
+    eventually(Duration::from_secs(30), "the loss to be told", || async {
+        std::fs::read_to_string(&log).unwrap().contains("lost data").then_some(())
+    })
+    .await;
+    // A few looks more (several a second) and batches.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut projector = projector;
+    assert!(projector.0.try_wait().unwrap().is_none(), "the projector runs on");
+    projector.sigkill();
+    let _: () = redis::cmd("ACL").arg("DELUSER").arg(&user).query_async(&mut admin).await.unwrap();
+    let logged = std::fs::read_to_string(&log).unwrap();
+    let count = |what: &str| logged.lines().filter(|line| line.contains(what)).count();
+    assert_eq!(count("maxmemory-policy is not checked"), 1, "{logged}");
+    assert_eq!(count("losses are told by the recorded positions alone"), 1, "{logged}");
+    assert!(!logged.contains("no-info-password"), "{logged}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_projectors_operator_commands_run_as_its_user() {
+    let url = env("REDIS_PROJECTOR_TLS_URL");
+    let (projector_url, api_url) = (url.clone(), env("REDIS_QUERY_API_TLS_URL"));
+    let world = World::start_configured(
+        &fixture::dataset(),
+        &prefix(),
+        |projector| {
+            (projector.redis_url, projector.redis_cluster, projector.redis_tls) =
+                (projector_url.into(), false, tls(false))
+        },
+        |api| (api.redis_url, api.redis_cluster, api.redis_tls) = (api_url.into(), false, tls(false)),
+    )
+    .await;
+    let mut config = runner::config(&world.topics, &world.prefix, &unique("g"));
+    (config.redis_url, config.redis_cluster, config.redis_tls) = (url.clone().into(), false, tls(false));
+    assert_eq!(runner::rebuild(config).await.expect("the rebuild runs as the projector's user"), Some(2));
+    let mut admin = admin().await;
+    let expected = runner::digest_of(&mut admin, &Keyspace::new(world.prefix.clone(), 2)).await.unwrap();
+    let ca = env("TLS_CA_FILE");
+    for command in [&["digest"][..], &["status"], &["dlq", "list"]] {
+        let extra: Vec<&str> = ["--redis-ca-file", ca.as_str()].into_iter().chain(command.iter().copied()).collect();
+        let output = run_projector(&world.topics, &world.prefix, &url, &extra).await;
+        let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(output.status.success(), "{command:?}: {stdout}{stderr}");
+        if command == ["digest"] {
+            assert!(stdout.contains(&expected.sha256), "{stdout} is not {expected}");
+        }
+    }
+    assert_eq!(world.app.json("/v1/studies", ACME_KEY).await.0, 200, "the API serves the new generation");
+}
+
+/// The TLS port of the stack's Redis.
+fn tls_port() -> String {
+    env("REDIS_TLS_URL").rsplit_once(':').expect("a port").1.trim_end_matches('/').to_string()
+}
+
+#[test]
+fn the_acl_file_loads_into_a_redis_of_its_own_as_an_aclfile() {
+    let dir = std::env::temp_dir().join(unique("aclfile"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("users.acl"), USERS).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port().to_string();
+    let server = Command::new("redis-server")
+        .args(["--bind", "127.0.0.1", "--port", &port, "--save", "", "--appendonly", "no"])
+        .args(["--dir", dir.to_str().unwrap(), "--aclfile", dir.join("users.acl").to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("redis-server starts");
+    let _server = KillOnDrop(server);
+    let cli = |args: &[&str]| {
+        let output = Command::new("redis-cli").args(["-p", &port]).args(args).output().expect("redis-cli runs");
+        String::from_utf8_lossy(&output.stdout).trim().to_string()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cli(&["PING"]) != "PONG" {
+        assert!(std::time::Instant::now() < deadline, "redis-server did not load users.acl");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let users = cli(&["ACL", "USERS"]);
+    assert_eq!(users.lines().collect::<Vec<_>>(), ["default", "projector", "query-api"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
