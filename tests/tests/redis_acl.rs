@@ -129,6 +129,7 @@ async fn a_projector_whose_user_may_not_run_info_projects_heals_and_says_so_once
     assert_eq!(count("maxmemory-policy is not checked"), 1, "{logged}");
     assert_eq!(count("losses are told by the recorded positions alone"), 1, "{logged}");
     assert!(!logged.contains("no-info-password"), "{logged}");
+    std::fs::remove_file(&log).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
