@@ -65,6 +65,7 @@ async fn a_thousand_readiness_probes_send_no_command_to_redis() {
 
     // An API that refreshes once at its start and then not for an hour: what remains is the probes.
     let mut api = config(&prefix, &redis.url());
+    api.redis_cluster = false;
     api.generation_refresh_ms = 3_600_000;
     let app = spawn_app(api).await;
     eventually(WAIT, "the API to know the generation", || async {
