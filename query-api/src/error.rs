@@ -2,7 +2,7 @@
 //! 400 is a JSON string, 401 and 404 an object with `error`. Internal failures are logged here and
 //! answered with a fixed message, so nothing internal reaches a client.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use shared::log_every::LogEvery;
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -103,34 +103,6 @@ static OVERLOADED: LogEvery = LogEvery::second();
 static THROTTLED: LogEvery = LogEvery::second();
 static NOT_READY: LogEvery = LogEvery::second();
 
-/// At most one log line per period.
-pub(crate) struct LogEvery {
-    /// When the last line was let through, in milliseconds since the Unix epoch.
-    last_ms: AtomicU64,
-    skipped: AtomicU64,
-    period_ms: u64,
-}
-
-impl LogEvery {
-    pub(crate) const fn second() -> Self {
-        Self { last_ms: AtomicU64::new(0), skipped: AtomicU64::new(0), period_ms: 1000 }
-    }
-
-    /// `Some(lines left out since the last one)` when a line may be written now.
-    pub(crate) fn allow(&self) -> Option<u64> {
-        let now =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64);
-        let last = self.last_ms.load(Ordering::Relaxed);
-        if now.saturating_sub(last) >= self.period_ms
-            && self.last_ms.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        {
-            return Some(self.skipped.swap(0, Ordering::Relaxed));
-        }
-        self.skipped.fetch_add(1, Ordering::Relaxed);
-        None
-    }
-}
-
 /// Whole seconds, at least 1.
 fn retry_after(wait: Duration) -> u64 {
     wait.as_secs_f64().ceil().max(1.0) as u64
@@ -156,20 +128,4 @@ fn unavailable() -> Response {
 
 fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::LogEvery;
-
-    #[test]
-    fn a_burst_of_refusals_is_logged_once_with_how_many_were_left_out() {
-        let every = LogEvery::second();
-        assert_eq!(every.allow(), Some(0));
-        for _ in 0..99 {
-            assert_eq!(every.allow(), None);
-        }
-        every.last_ms.store(0, std::sync::atomic::Ordering::Relaxed); // a second later
-        assert_eq!(every.allow(), Some(99));
-    }
 }

@@ -9,6 +9,7 @@ pub mod connection;
 pub mod documents;
 pub mod events;
 pub mod keys;
+pub mod log_every;
 #[cfg(feature = "process")]
 pub mod process;
 pub mod projectors;

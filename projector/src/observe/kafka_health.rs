@@ -12,12 +12,10 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
+use shared::log_every::LogEvery;
 
 /// How long an error keeps the projector unready after librdkafka last reported it.
 pub const ERROR_WINDOW: Duration = Duration::from_secs(30);
-
-/// How often the same kind of error is logged while it repeats.
-const LOG_EVERY: Duration = Duration::from_secs(10);
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
@@ -27,13 +25,18 @@ pub struct ErrorLabels {
     pub code: String,
 }
 
-#[derive(Default)]
 pub struct KafkaHealth {
     pub errors: Family<ErrorLabels, Counter<u64, AtomicU64>>,
     /// The last consumer error: when, and what librdkafka said.
     last: Mutex<Option<(Instant, String)>>,
-    /// When an error was last logged, and how many were not logged since.
-    logged: Mutex<Option<(Instant, u64)>>,
+    /// Errors are logged once every 10 s at most while they repeat.
+    logged: LogEvery,
+}
+
+impl Default for KafkaHealth {
+    fn default() -> Self {
+        Self { errors: Family::default(), last: Mutex::default(), logged: LogEvery::millis(10_000) }
+    }
 }
 
 impl KafkaHealth {
@@ -51,7 +54,7 @@ impl KafkaHealth {
     pub fn consumer_error(&self, code: &str, message: &str) {
         self.count("consumer", code);
         *self.last.lock().expect("last kafka error") = Some((Instant::now(), message.to_string()));
-        if let Some(skipped) = self.should_log() {
+        if let Some(skipped) = self.logged.allow() {
             tracing::error!(
                 error = message,
                 skipped,
@@ -63,7 +66,7 @@ impl KafkaHealth {
     /// Records an error of a client (connection, login, brokers), which librdkafka retries by itself.
     pub fn client_error(&self, code: &str, message: &str) {
         self.count("client", code);
-        if let Some(skipped) = self.should_log() {
+        if let Some(skipped) = self.logged.allow() {
             tracing::warn!(error = message, skipped, "kafka client error");
         }
     }
@@ -77,22 +80,6 @@ impl KafkaHealth {
     fn count(&self, source: &str, code: &str) {
         self.errors.get_or_create(&ErrorLabels { source: source.into(), code: code.into() }).inc();
     }
-
-    /// `Some(errors not logged since the last line)` when this one is to be logged.
-    fn should_log(&self) -> Option<u64> {
-        let mut logged = self.logged.lock().expect("kafka error log");
-        match &mut *logged {
-            Some((at, skipped)) if at.elapsed() < LOG_EVERY => {
-                *skipped += 1;
-                None
-            }
-            other => {
-                let skipped = other.map(|(_, s)| s).unwrap_or(0);
-                *other = Some((Instant::now(), 0));
-                Some(skipped)
-            }
-        }
-    }
 }
 
 #[cfg(test)]
@@ -104,7 +91,7 @@ mod tests {
         let health = KafkaHealth::default();
         assert_eq!(health.recent_consumer_error(), None);
         health.consumer_error("BadCompression", "Local: Invalid compressed data");
-        assert_eq!(health.should_log(), None, "the next one within the interval is not logged");
+        assert_eq!(health.logged.allow(), None, "the next one within the interval is not logged");
         health.client_error("AllBrokersDown", "all brokers down");
         assert_eq!(health.recent_consumer_error().as_deref(), Some("Local: Invalid compressed data"));
         let consumer = ErrorLabels { source: "consumer".into(), code: "BadCompression".into() };

@@ -32,8 +32,7 @@ pub struct Context {
 
 impl ClientContext for Context {
     fn error(&self, error: KafkaError, reason: &str) {
-        let code = error.rdkafka_error_code().map(|c| format!("{c:?}")).unwrap_or_else(|| "Other".into());
-        self.metrics.kafka.client_error(&code, reason);
+        self.metrics.kafka.client_error(&code(&error), reason);
     }
 
     fn stats(&self, statistics: Statistics) {
@@ -77,6 +76,11 @@ impl ConsumerContext for Context {
             Rebalance::Error(e) => tracing::warn!(error = %e, "consumer group rebalance failed"),
         }
     }
+}
+
+/// The `code` label of an error: librdkafka's code by name (`Other` when it has none).
+fn code(error: &KafkaError) -> String {
+    error.rdkafka_error_code().map_or_else(|| "Other".into(), |c| format!("{c:?}"))
 }
 
 pub type LiveConsumer = StreamConsumer<Context>;
@@ -193,8 +197,7 @@ pub async fn next_batch(
         match tokio::time::timeout_at(deadline, consumer.recv()).await {
             Ok(Ok(message)) => batch.push(message.detach()),
             Ok(Err(e)) => {
-                let code = e.rdkafka_error_code().map(|c| format!("{c:?}")).unwrap_or_else(|| "Other".into());
-                consumer.context().metrics.kafka.consumer_error(&code, &e.to_string());
+                consumer.context().metrics.kafka.consumer_error(&code(&e), &e.to_string());
                 break;
             }
             Err(_) => break,

@@ -12,7 +12,7 @@ use shared::Keyspace;
 use super::model::ReadModel;
 
 /// Reads that failed, asked by every request while Redis is away: logged once a second at most.
-static UNREAD: crate::error::LogEvery = crate::error::LogEvery::second();
+static UNREAD: shared::log_every::LogEvery = shared::log_every::LogEvery::second();
 
 /// The generation before the active one has been read (generations start at 1).
 const UNKNOWN: u64 = 0;
