@@ -24,6 +24,10 @@
 //! | `P:gN:{apikeys}:key:<keyId>` | hash | `seq`, `state` of an API key |
 //! | `P:gN:{apikeys}:sha:<sha256>` | hash | `org`, `key`: the organization a live key belongs to |
 //! | `P:gN:{apikeys}:epoch` | string | a token written anew whenever the key index changes, so API instances can keep keys in memory |
+//! | `P:gN:late` | hash | `<aggregate>:<id>` → organization, of each aggregate that received an event late for a gap (until repaired) |
+//! | `P:gN:{<org>}:hold` | string | the token of the repair holding the organization's writes for its last moments (with a TTL) |
+//! | `P:gN:{apikeys}:hold:<keyId>` | string | the token of the repair holding one API key's writes (with a TTL) |
+//! | `P:gN:{<org>}:repair:<rest>` | any | a repair's staged copy of the organization's key `P:gN:{<org>}:<rest>`, swapped in at its end (with a TTL until then) |
 //!
 //! The braces are Redis Cluster hash tags: every key of one organization lives in one slot, so each event
 //! and each page read is one atomic script in one slot; the API-key index lives in a slot of its own.
@@ -107,15 +111,64 @@ impl Keyspace {
     /// Whether `key` of this generation is the projector's bookkeeping (its meta, positions or healing),
     /// not the read model itself: a digest leaves these out.
     pub fn is_bookkeeping(&self, key: &str) -> bool {
-        if key == self.meta() || key == self.healing() {
+        if key == self.meta() || key == self.healing() || key == self.late() {
             return true;
         }
-        // `base:{tag}:position` and `base:{tag}:epoch`; the tag ends at its first `}` (ids in tags are
-        // escaped), so no id standing last in another key can look like these.
+        // `base:{tag}:position`, `base:{tag}:epoch`, `base:{tag}:hold`, `base:{tag}:repair:…` and
+        // `base:{apikeys}:hold:…`; the tag ends at its first `}` (ids in tags are escaped), so no id
+        // standing last in another key can look like these.
         let Some(tagged) = key.strip_prefix(&self.base()).and_then(|rest| rest.strip_prefix(":{")) else {
             return false;
         };
-        matches!(tagged.split_once('}'), Some((_, ":position" | ":epoch")))
+        match tagged.split_once('}') {
+            Some((_, ":position" | ":epoch" | ":hold")) => true,
+            Some((tag, rest)) => rest.starts_with(":repair:") || (tag == "apikeys" && rest.starts_with(":hold:")),
+            None => false,
+        }
+    }
+
+    /// Aggregates that received an event late for a gap in their sequence (field `<aggregate>:<id>`, see
+    /// [`Keyspace::late_field`]; value the organization), until a repair redoes them. Bookkeeping.
+    pub fn late(&self) -> String {
+        format!("{}:late", self.base())
+    }
+
+    /// The field of an aggregate in [`Keyspace::late`].
+    pub fn late_field(topic: Topic, id: &str) -> String {
+        format!("{}:{id}", topic.aggregate())
+    }
+
+    /// Held by a repair while it swaps an organization's repaired data in: the write script refuses the
+    /// organization's events while it holds another token. Bookkeeping, with a TTL.
+    pub fn hold(&self, org: &str) -> String {
+        format!("{}:hold", self.org(org))
+    }
+
+    /// Held by a repair while it writes one API key's repaired state. Bookkeeping, with a TTL.
+    pub fn api_key_hold(&self, key_id: &str) -> String {
+        format!("{}:{{apikeys}}:hold:{key_id}", self.base())
+    }
+
+    /// The staged copy, in the same slot, of `live`, a key of an organization's slot (`base:{org}:rest`
+    /// becomes `base:{org}:repair:rest`); None for a key of no organization.
+    pub fn staged(&self, live: &str) -> Option<String> {
+        let tagged = live.strip_prefix(&self.base())?.strip_prefix(":{")?;
+        let (tag, rest) = tagged.split_once('}')?;
+        (tag != "apikeys" && rest.starts_with(':')).then(|| format!("{}:{{{tag}}}:repair{rest}", self.base()))
+    }
+
+    /// Every key of an organization's slot in this generation matches this pattern (for SCAN), its
+    /// bookkeeping included; the organization's id is escaped for the pattern.
+    pub fn org_pattern(&self, org: &str) -> String {
+        let mut pattern = String::new();
+        for c in self.org(org).chars() {
+            if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+        pattern.push_str(":*");
+        pattern
     }
 
     /// Every key of this generation matches this pattern (for SCAN).
@@ -283,6 +336,23 @@ mod tests {
             assert!(!ks.is_bookkeeping(&ks.transcript("o", id)), "{id}");
         }
         assert!(!ks.is_bookkeeping(&ks.studies("o")) && !ks.is_bookkeeping(&ks.at(3).healing()));
+        assert!(ks.is_bookkeeping(&ks.late()) && ks.is_bookkeeping(&ks.hold("o")));
+        assert!(ks.is_bookkeeping(&ks.api_key_hold("k")) && !ks.is_bookkeeping(&ks.aggregate(Topic::ApiKey, "o", "k")));
+        let staged = ks.staged(&ks.transcript("o}:x", "i")).unwrap();
+        assert_eq!(hash_tag(&staged), hash_tag(&ks.transcript("o}:x", "i")));
+        assert!(ks.is_bookkeeping(&staged) && staged.ends_with(":repair:transcript:i"), "{staged}");
+        assert_eq!(ks.staged(&ks.api_key_sha("ab")), None);
+        assert_eq!(ks.staged(&ks.late()), None);
+        for id in ["x}:hold", "x}:repair:studies"] {
+            assert!(!ks.is_bookkeeping(&ks.aggregate(Topic::Study, "o", id)), "{id}");
+        }
+    }
+
+    #[test]
+    fn an_organization_pattern_matches_its_keys_only() {
+        let ks = Keyspace::new("rm", 2);
+        assert_eq!(ks.org_pattern("a*b?[c]"), "rm:g2:{a\\*b\\?\\[c\\]}:*");
+        assert_eq!(ks.org_pattern("o"), "rm:g2:{o}:*");
     }
 
     #[test]
