@@ -30,6 +30,13 @@ use write::{ScriptReply, Write, WriteScript};
 /// How many times one batch re-reads an aggregate that changed under it before giving up.
 const MAX_ATTEMPTS: usize = 8;
 
+/// The first pause before writing again an aggregate a repair holds (doubling to ten times this).
+const HOLD_PAUSE: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// The longest a batch waits for repairs' holds before the batch is tried again from the start (a
+/// repair renews its hold while it lives; one that died lets it expire within seconds).
+const MAX_HOLD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("redis: {0}")]
@@ -42,6 +49,8 @@ pub enum StoreError {
     CorruptState { key: String, reason: String },
     #[error("aggregate {0} kept changing under the projector")]
     Contended(String),
+    #[error("aggregate {0} stayed held by a repair")]
+    Held(String),
     /// An epoch this projector wrote is gone: Redis lost data since the projector last looked.
     #[error("{0}, written by this projector, is gone")]
     Lost(String),
@@ -73,7 +82,7 @@ impl StoreError {
                         .any(|s| text.contains(s))
             }
             StoreError::Reply(_) | StoreError::Script(_) | StoreError::CorruptState { .. } => true,
-            StoreError::Contended(_) | StoreError::Lost(_) | StoreError::Doubted(_) => false,
+            StoreError::Contended(_) | StoreError::Held(_) | StoreError::Lost(_) | StoreError::Doubted(_) => false,
         }
     }
 
@@ -170,12 +179,26 @@ impl Store {
             return Ok(applied);
         }
         let mut pending = self.resolve_owners(groups, &mut applied).await?;
-        for _ in 0..MAX_ATTEMPTS {
+        let mut attempts = 0;
+        let held_since = std::time::Instant::now();
+        let mut pause = HOLD_PAUSE;
+        while attempts < MAX_ATTEMPTS {
             if pending.is_empty() {
                 return Ok(applied);
             }
             self.load_missing(&mut pending).await?;
-            pending = self.write(pending, &mut applied, guard).await?;
+            let held;
+            (pending, held) = self.write(pending, &mut applied, guard).await?;
+            // A repair holding an organization holds it for moments: waited out, not counted as an attempt.
+            if held {
+                if held_since.elapsed() > MAX_HOLD_WAIT {
+                    return Err(StoreError::Held(pending[0].group.aggregate_id.to_string()));
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(HOLD_PAUSE * 10);
+            } else {
+                attempts += 1;
+            }
         }
         match pending.first() {
             Some(p) => Err(StoreError::Contended(p.group.aggregate_id.to_string())),
@@ -243,13 +266,14 @@ impl Store {
         Ok(())
     }
 
-    /// Folds and writes every pending aggregate; returns those that changed under us.
+    /// Folds and writes every pending aggregate; returns those that changed under us or that a repair
+    /// holds, and whether any was held.
     async fn write<'a>(
         &mut self,
         pending: Vec<Pending<'a>>,
         applied: &mut Applied<'a>,
         guard: &mut impl Guard,
-    ) -> Result<Vec<Pending<'a>>, StoreError> {
+    ) -> Result<(Vec<Pending<'a>>, bool), StoreError> {
         let mut commands = Vec::new();
         let mut written = Vec::new();
         for p in pending {
@@ -270,13 +294,14 @@ impl Store {
                 expected: sequence,
                 folded: &folded,
                 epoch_written: self.epochs.contains(&epoch),
+                repair: None,
             };
             commands.push(self.write.invocation(&self.keys, &write));
             let sets_epoch = write.sets_epoch();
             written.push((p, verdicts, epoch, sets_epoch));
         }
         if written.is_empty() {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         }
         if written.iter().any(|(_, verdicts, _, _)| verdicts.contains(&Verdict::Gap)) {
             guard.check(&self.keys).await.map_err(StoreError::Doubted)?;
@@ -284,6 +309,7 @@ impl Store {
         let replies = self.query(&commands).await?;
         let mut conflicts = Vec::new();
         let mut lost = None;
+        let mut held = false;
         for ((mut p, verdicts, epoch, sets_epoch), reply) in written.into_iter().zip(replies) {
             let reply = WriteScript::reply(reply)?;
             if sets_epoch && matches!(reply, ScriptReply::Applied | ScriptReply::ClaimRefused) {
@@ -313,11 +339,17 @@ impl Store {
                     p.loaded = None;
                     conflicts.push(p);
                 }
+                ScriptReply::Held => {
+                    // Read again: the repair swaps in another state and sequence.
+                    p.loaded = None;
+                    held = true;
+                    conflicts.push(p);
+                }
             }
         }
         match lost {
             Some(epoch) => Err(StoreError::Lost(epoch)),
-            None => Ok(conflicts),
+            None => Ok((conflicts, held)),
         }
     }
 

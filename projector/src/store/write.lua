@@ -4,21 +4,23 @@
 -- KEYS[2] index: the sorted set the record belongs to, or the API-key hash (KEYS[1] when there is none)
 -- KEYS[3] the organization's document hash; for an API key, which has no document, the key index's epoch
 -- KEYS[4] the interview's transcript string (KEYS[1] for aggregates without one)
--- KEYS[5] for a study or an interview: the organization's epoch (a string)
--- KEYS[5..] for an API key: the index entries of the hashes it had before (retired), in the same slot
+-- KEYS[5] the hold a repair may have on the aggregate (the organization's hold, or the API key's)
+-- KEYS[6] for a study or an interview: the organization's epoch (a string)
+-- KEYS[6..] for an API key: the index entries of the hashes it had before (retired), in the same slot
 -- ARGV[1] sequence the outcome was folded from   ARGV[2] new sequence   ARGV[3] state json
 -- ARGV[4] aggregate id (member and document field)
 -- ARGV[5] document op: set | delete | none   ARGV[6] document json
 -- ARGV[7] index op: none | add | remove | key-live | key-revoked
 -- ARGV[8] score (add) or organization (key-live)
--- ARGV[9] transcript op: keep | append | delete   ARGV[10] cues to append   ARGV[11] transcript header
+-- ARGV[9] transcript op: keep | append | set | delete   ARGV[10] cues to append (or, for set, every cue)
+-- ARGV[11] transcript header
 -- ARGV[12] a token never used before: the new epoch of the key index (for an API key) or of the
 -- organization (API instances that keep keys or reads in memory drop them when the epoch changes)
 -- A transcript is appended to with APPEND, which costs the size of the cues, not of the transcript; the
 -- header is written only when the transcript is created.
 -- An index entry belongs to the first key id that claimed it: key-live never takes over another key's entry
 -- (the reply says CLAIM-REFUSED), and key-live and key-revoked only remove entries that are this key's.
--- Returns the status APPLIED (or CLAIM-REFUSED, also applied), LOST (nothing written), or the sequence found
+-- Returns the status APPLIED (or CLAIM-REFUSED, also applied), LOST or HELD (nothing written), or the sequence found
 -- as a string (the caller re-reads and folds again).
 -- Sequences are compared as the decimal strings the projector writes, never as Lua numbers (doubles),
 -- which cannot tell apart sequences above 2^53.
@@ -26,9 +28,16 @@
 -- generation, with no loss since: an epoch gone then means Redis lost data after the projector last looked,
 -- and nothing is written (the reply is LOST; the projector heals). A fold onto the lost state would be
 -- wrong for good.
+-- ARGV[14] the token of the repair writing, or '' for the live path: while a repair holds the aggregate
+-- (KEYS[5] holds another token), nothing is written and the reply is HELD (the live path waits: the repair
+-- is swapping in a state that includes every event published until it took the hold).
+local held = redis.call('GET', KEYS[5])
+if held and held ~= ARGV[14] then
+  return redis.status_reply('HELD')
+end
 if ARGV[13] == '1' then
   local key_op = ARGV[7] == 'key-live' or ARGV[7] == 'key-revoked'
-  local epoch = (KEYS[5] and not key_op) and KEYS[5] or KEYS[3]
+  local epoch = (KEYS[6] and not key_op) and KEYS[6] or KEYS[3]
   if redis.call('EXISTS', epoch) == 0 then
     return redis.status_reply('LOST')
   end
@@ -50,11 +59,11 @@ local ok = holds(KEYS[1], 'hash') and (op == 'none' or holds(KEYS[2], index_kind
 local key_op = op == 'key-live' or op == 'key-revoked'
 if key_op then
   ok = ok and holds(KEYS[3], 'string')
-  for i = 5, #KEYS do
+  for i = 6, #KEYS do
     ok = ok and holds(KEYS[i], 'hash')
   end
-elseif KEYS[5] then
-  ok = ok and holds(KEYS[5], 'string')
+elseif KEYS[6] then
+  ok = ok and holds(KEYS[6], 'string')
 end
 if not ok then
   return redis.error_reply('WRONGTYPE a key of this aggregate holds another type than the read model writes')
@@ -74,7 +83,7 @@ end
 local claim = 'APPLIED'
 if key_op then
   redis.call('SET', KEYS[3], ARGV[12])
-  for i = 5, #KEYS do
+  for i = 6, #KEYS do
     if redis.call('HGET', KEYS[i], 'key') == id then
       redis.call('DEL', KEYS[i])
     end
@@ -96,10 +105,12 @@ if ARGV[9] == 'append' then
   else
     redis.call('APPEND', KEYS[4], ARGV[10])
   end
+elseif ARGV[9] == 'set' then
+  redis.call('SET', KEYS[4], ARGV[11] .. ARGV[10])
 elseif ARGV[9] == 'delete' then
   redis.call('DEL', KEYS[4])
 end
-if not key_op and KEYS[5] then
-  redis.call('SET', KEYS[5], ARGV[12])
+if not key_op and KEYS[6] then
+  redis.call('SET', KEYS[6], ARGV[12])
 end
 return redis.status_reply(claim)

@@ -16,6 +16,8 @@ pub enum ScriptReply {
     ClaimRefused,
     /// The stored sequence was this one, not the one the fold started from: nothing was written.
     Conflict(u64),
+    /// A repair holds the aggregate: nothing was written; the live path tries again shortly.
+    Held,
     /// The epoch this projector wrote before is gone: Redis lost data; nothing was written.
     Lost,
 }
@@ -32,6 +34,9 @@ pub struct Write<'a> {
     /// This projector wrote the epoch this write sets before (see [`Write::sets_epoch`]), with no loss
     /// since: it must still exist.
     pub epoch_written: bool,
+    /// The token of the repair writing this aggregate from scratch, None on the live path. A repair's
+    /// write passes its own hold, and its transcript replaces the stored one instead of appending to it.
+    pub repair: Option<&'a str>,
 }
 
 impl Write<'_> {
@@ -74,6 +79,10 @@ impl WriteScript {
             Topic::Interview => keys.transcript(org, id),
             _ => state_key.clone(),
         };
+        let hold_key = match topic {
+            Topic::ApiKey => keys.api_key_hold(id),
+            _ => keys.hold(org),
+        };
         let (op, score_or_org) = match &folded.index {
             IndexChange::None => ("none", String::new()),
             IndexChange::Add(score) => ("add", format!("{}", *score as i64)),
@@ -81,7 +90,7 @@ impl WriteScript {
             IndexChange::KeyLive { .. } => ("key-live", org.to_string()),
             IndexChange::KeyRevoked { .. } => ("key-revoked", String::new()),
         };
-        // After the four keys: an API key's retired index entries, or the organization's epoch.
+        // After the five keys: an API key's retired index entries, or the organization's epoch.
         let more: Vec<String> = match (&folded.index, topic) {
             (IndexChange::KeyLive { retired } | IndexChange::KeyRevoked { retired }, _) => {
                 retired.iter().map(|sha| keys.api_key_sha(sha)).collect()
@@ -89,20 +98,25 @@ impl WriteScript {
             (_, Topic::ApiKey) => Vec::new(),
             _ => vec![keys.org_epoch(org)],
         };
-        let (transcript_op, cues) = match &folded.transcript {
-            TranscriptChange::Keep => ("keep", ""),
-            TranscriptChange::Append(cues) => ("append", cues.as_str()),
-            TranscriptChange::Delete => ("delete", ""),
+        let (transcript_op, cues) = match (&folded.transcript, w.repair.is_some()) {
+            (TranscriptChange::Keep, false) => ("keep", ""),
+            (TranscriptChange::Append(cues), false) => ("append", cues.as_str()),
+            (TranscriptChange::Append(cues), true) => ("set", cues.as_str()),
+            // Folded from scratch, an interview without cues has no transcript.
+            (TranscriptChange::Keep, true) if topic == Topic::Interview => ("delete", ""),
+            (TranscriptChange::Keep, true) => ("keep", ""),
+            (TranscriptChange::Delete, _) => ("delete", ""),
         };
         let state = serde_json::to_string(&folded.state).expect("state always serializes");
         let mut invocation = redis::cmd("EVALSHA");
         invocation
             .arg(self.0.get_hash())
-            .arg(4 + more.len())
+            .arg(5 + more.len())
             .arg(state_key)
             .arg(index_key)
             .arg(documents_key)
-            .arg(transcript_key);
+            .arg(transcript_key)
+            .arg(hold_key);
         for key in more {
             invocation.arg(key);
         }
@@ -119,7 +133,8 @@ impl WriteScript {
             .arg(cues)
             .arg(TRANSCRIPT_HEADER)
             .arg(uuid::Uuid::new_v4().simple().to_string())
-            .arg(if w.epoch_written { "1" } else { "0" });
+            .arg(if w.epoch_written { "1" } else { "0" })
+            .arg(w.repair.unwrap_or(""));
         invocation
     }
 
@@ -130,6 +145,7 @@ impl WriteScript {
             Value::SimpleString(status) if status == "APPLIED" => Ok(ScriptReply::Applied),
             Value::SimpleString(status) if status == "CLAIM-REFUSED" => Ok(ScriptReply::ClaimRefused),
             Value::SimpleString(status) if status == "LOST" => Ok(ScriptReply::Lost),
+            Value::SimpleString(status) if status == "HELD" => Ok(ScriptReply::Held),
             Value::BulkString(found) => {
                 let found = std::str::from_utf8(found).ok().and_then(|s| s.parse().ok());
                 found.map(ScriptReply::Conflict).ok_or(ReplyError(value))
