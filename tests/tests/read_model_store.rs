@@ -13,7 +13,8 @@ use shared::Keyspace;
 async fn write(conn: &mut Connection, state_key: &str, expected: &str) -> redis::Value {
     let script = redis::Script::new(include_str!("../../projector/src/store/write.lua"));
     let mut invocation = script.prepare_invoke();
-    invocation.key(state_key).key(state_key).key(state_key).key(state_key).arg(expected).arg("9");
+    let hold = format!("{}:hold", state_key.rsplit_once(":study:").expect("a study's state key").0);
+    invocation.key(state_key).key(state_key).key(state_key).key(state_key).key(hold).arg(expected).arg("9");
     for arg in ["{}", "s1", "none", "", "none", "", "keep", "", "WEBVTT\n"] {
         invocation.arg(arg);
     }
@@ -75,12 +76,12 @@ async fn the_digest_reads_a_hash_larger_than_one_reply_may_be() {
 async fn the_write_script_writes_nothing_when_an_epoch_the_projector_wrote_is_gone() {
     let mut conn = redis().await;
     let base = format!("{}:{{org}}", unique("lost"));
-    let (state, epoch) = (format!("{base}:study:s1"), format!("{base}:epoch"));
+    let (state, epoch, hold) = (format!("{base}:study:s1"), format!("{base}:epoch"), format!("{base}:hold"));
     let script = redis::Script::new(include_str!("../../projector/src/store/write.lua"));
     let write = |written: &'static str| {
         let mut invocation = script.prepare_invoke();
-        invocation.key(&state).key(&state).key(&state).key(&state).key(&epoch).arg("0").arg("1");
-        for arg in ["{}", "s1", "none", "", "none", "", "keep", "", "WEBVTT\n", "token", written] {
+        invocation.key(&state).key(&state).key(&state).key(&state).key(&hold).key(&epoch).arg("0").arg("1");
+        for arg in ["{}", "s1", "none", "", "none", "", "keep", "", "WEBVTT\n", "token", written, ""] {
             invocation.arg(arg);
         }
         invocation
@@ -199,4 +200,33 @@ async fn a_fold_with_a_gap_is_not_written_onto_states_read_from_a_redis_that_los
     assert!(matches!(result, Err(projector::batch::Interrupted::Lost(_))), "the loss is found first: {result:?}");
     let state: Option<String> = conn.clone().hget(keys.aggregate(Topic::Study, "o1", "s1"), "seq").await.unwrap();
     assert_eq!(state, None, "nothing folded onto the lost state was written");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_script_writes_nothing_while_a_repair_holds_the_organization_except_for_that_repair() {
+    let mut conn = redis().await;
+    let base = format!("{}:{{org}}", unique("held"));
+    let (state, epoch, hold) = (format!("{base}:study:s1"), format!("{base}:epoch"), format!("{base}:hold"));
+    let script = redis::Script::new(include_str!("../../projector/src/store/write.lua"));
+    let write = |token: &'static str| {
+        let mut invocation = script.prepare_invoke();
+        invocation.key(&state).key(&state).key(&state).key(&state).key(&hold).key(&epoch).arg("0").arg("1");
+        for arg in ["{}", "s1", "none", "", "none", "", "keep", "", "WEBVTT\n", "token", "0", token] {
+            invocation.arg(arg);
+        }
+        invocation
+    };
+    let _: () = conn.set(&hold, "repair-1").await.unwrap();
+    let reply: redis::Value = write("").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply, redis::Value::SimpleString("HELD".into()), "the live path waits for the repair");
+    let exists: bool = conn.exists(&state).await.unwrap();
+    assert!(!exists, "nothing was written while held");
+    let reply: redis::Value = write("repair-2").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply, redis::Value::SimpleString("HELD".into()), "another repair's token opens nothing");
+    let reply: redis::Value = write("repair-1").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply, redis::Value::SimpleString("APPLIED".into()), "the holder writes");
+    let _: () = conn.del(&hold).await.unwrap();
+    let _: () = conn.del(&state).await.unwrap();
+    let reply: redis::Value = write("").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply, redis::Value::SimpleString("APPLIED".into()), "released, the live path writes again");
 }

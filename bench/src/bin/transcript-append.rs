@@ -167,11 +167,12 @@ async fn leg(conn: &mut MultiplexedConnection, prefix: &str, way: Way, shape: &S
         );
         let reply: Value = redis::cmd("EVALSHA")
             .arg(script.get_hash())
-            .arg(4)
+            .arg(5)
             .arg(keys.aggregate(Topic::Interview, ORG, id))
             .arg(&index_key)
             .arg(&documents_key)
             .arg(transcript_key(id))
+            .arg(keys.hold(ORG))
             .arg(sequence)
             .arg(sequence + 1)
             .arg(state)
