@@ -23,22 +23,27 @@ pub enum Verdict {
     Gap,
     /// At or below the sequence already applied: changes nothing.
     Duplicate,
+    /// At or below the sequence already applied, and in a gap the aggregate skipped: it arrived too late
+    /// to be applied in order, so it changes nothing either (the aggregate needs a repair to have it).
+    Late,
 }
 
 /// Applies `events` (one aggregate's, in arrival order, all of its organization) to `state` last applied
-/// at `sequence`, and says what became of each event. Events at or below the applied sequence are
-/// duplicates and change nothing; a jump in sequence is a gap, applied and counted.
+/// at `sequence`, and says what became of each event. Events at or below the applied sequence change
+/// nothing: late when their sequence is one a gap skipped, duplicates otherwise. A jump in sequence is a
+/// gap, applied and counted, and the sequences it skipped are recorded in the state.
 pub fn fold(aggregate_id: &str, mut sequence: u64, mut state: State, events: &[&Event]) -> (Folded, Vec<Verdict>) {
     let mut verdicts = Vec::with_capacity(events.len());
     let mut cues = String::new();
     for event in events {
         let envelope = &event.envelope;
         if envelope.sequence <= sequence {
-            verdicts.push(Verdict::Duplicate);
+            verdicts.push(if state.in_gap(envelope.sequence) { Verdict::Late } else { Verdict::Duplicate });
             continue;
         }
         if envelope.sequence > sequence + 1 {
             verdicts.push(Verdict::Gap);
+            state.record_gap(sequence + 1, envelope.sequence - 1);
             tracing::warn!(aggregate = aggregate_id, expected = sequence + 1, got = envelope.sequence, "sequence gap");
         } else {
             verdicts.push(Verdict::Applied);

@@ -1,5 +1,6 @@
 //! What the projector remembers of each aggregate between batches, stored beside its document: enough to
-//! fold the next events without reading anything else.
+//! fold the next events without reading anything else, and the sequences it skipped (so that one arriving
+//! late is told from a duplicate).
 
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,9 @@ pub struct StudyState {
     pub updated_at: Option<DateTime<Utc>>,
     pub completed_at: Option<DateTime<Utc>>,
     pub deleted: bool,
+    /// The sequences skipped by gaps, as inclusive ranges, oldest first (see [`State::gaps`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -35,6 +39,9 @@ pub struct InterviewState {
     pub completed: bool,
     pub hidden: bool,
     pub deleted: bool,
+    /// The sequences skipped by gaps, as inclusive ranges, oldest first (see [`State::gaps`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -45,7 +52,13 @@ pub struct KeyState {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retired: Vec<String>,
     pub deleted: bool,
+    /// The sequences skipped by gaps, as inclusive ranges, oldest first (see [`State::gaps`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<(u64, u64)>,
 }
+
+/// The most gap ranges one aggregate's state keeps (see [`State::record_gap`]).
+pub const MAX_GAPS: usize = 64;
 
 /// The projector's state of one aggregate, stored beside its document (serialized without a tag: the
 /// topic tells which shape to decode).
@@ -64,6 +77,43 @@ impl State {
             Topic::Interview => State::Interview(InterviewState::default()),
             Topic::ApiKey => State::ApiKey(KeyState::default()),
         }
+    }
+
+    /// The sequences this aggregate skipped and never applied, as inclusive ranges, oldest first: what
+    /// an event at or below the applied sequence is late for. Absent from the stored state while empty,
+    /// so an aggregate without gaps is stored as it always was. At most [`MAX_GAPS`] ranges.
+    pub fn gaps(&self) -> &[(u64, u64)] {
+        match self {
+            State::Study(s) => &s.gaps,
+            State::Interview(s) => &s.gaps,
+            State::ApiKey(s) => &s.gaps,
+        }
+    }
+
+    pub fn gaps_mut(&mut self) -> &mut Vec<(u64, u64)> {
+        match self {
+            State::Study(s) => &mut s.gaps,
+            State::Interview(s) => &mut s.gaps,
+            State::ApiKey(s) => &mut s.gaps,
+        }
+    }
+
+    /// Records the sequences `from..=to` as skipped. Past [`MAX_GAPS`] ranges the two oldest become one,
+    /// which also covers the sequences applied between them: an event redelivered from there is then
+    /// taken for a late one (the aggregate is flagged for a repair it did not need, which is harmless),
+    /// never the reverse. Events cannot grow a state without bound this way.
+    pub fn record_gap(&mut self, from: u64, to: u64) {
+        let gaps = self.gaps_mut();
+        gaps.push((from, to));
+        if gaps.len() > MAX_GAPS {
+            gaps[0].1 = gaps[1].1;
+            gaps.remove(1);
+        }
+    }
+
+    /// Whether `sequence` lies in a recorded gap.
+    pub fn in_gap(&self, sequence: u64) -> bool {
+        self.gaps().iter().any(|(from, to)| (*from..=*to).contains(&sequence))
     }
 
     /// Decodes a stored state; the topic decides its shape.

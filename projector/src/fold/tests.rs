@@ -89,10 +89,11 @@ fn duplicates_change_nothing_and_gaps_are_applied_and_counted() {
     let (outcome, tally) = run(Topic::Study, &with_duplicates);
     assert_eq!(tally, Tally { applied: 3, duplicates: 2, gaps: 1 });
     assert!(outcome.document.is_some(), "the gap did not block completion");
-    // Resuming from stored state: everything at or below the stored sequence is a duplicate.
+    // Resuming from stored state: everything at or below the stored sequence changes nothing; 3, which
+    // the gap skipped, is late rather than a duplicate.
     let refs: Vec<&Event> = all.iter().collect();
     let (again, verdicts) = fold("a1", 4, outcome.state.clone(), &refs);
-    assert_eq!(self::tally(&verdicts), Tally { applied: 0, duplicates: 4, gaps: 0 });
+    assert_eq!(verdicts, [Verdict::Duplicate, Verdict::Duplicate, Verdict::Late, Verdict::Duplicate]);
     assert_eq!(again.document, outcome.document);
 }
 
@@ -259,4 +260,67 @@ fn a_later_started_event_makes_the_interview_not_completed_and_visible_again() {
     assert_eq!(state.study_id.as_deref(), Some("s1"), "the study never changes");
     assert_eq!(state.created_at, Some(events.last().unwrap().envelope.occurred_at));
     assert_eq!((outcome.document, outcome.index), (None, IndexChange::Remove), "not completed: listed nowhere");
+}
+
+fn seqs(topic: Topic, sequences: &[u64]) -> Vec<Event> {
+    let at = |seq: u64| format!("2026-01-01T00:00:{:02}Z", seq % 60);
+    match topic {
+        Topic::Study => sequences
+            .iter()
+            .map(|&seq| ev(topic, seq, "study.retitled", &at(seq), json!({"internalTitle": format!("t{seq}")})))
+            .collect(),
+        _ => sequences.iter().map(|&seq| interview("interview.hidden", seq, json!({}))).collect(),
+    }
+}
+
+#[test]
+fn a_gap_is_recorded_as_the_range_of_sequences_it_skipped() {
+    let (outcome, tally) = run(Topic::Interview, &seqs(Topic::Interview, &[1, 2, 5, 6, 8]));
+    assert_eq!(tally.gaps, 2);
+    assert_eq!(outcome.state.gaps(), &[(3, 4), (7, 7)]);
+    // From stored state too: the gap starts one past the stored sequence.
+    let later = seqs(Topic::Interview, &[11]);
+    let (again, _) = fold("a1", 8, outcome.state, &later.iter().collect::<Vec<_>>());
+    assert_eq!(again.state.gaps(), &[(3, 4), (7, 7), (9, 10)]);
+}
+
+#[test]
+fn an_event_inside_a_recorded_gap_is_late_and_one_outside_is_a_duplicate() {
+    let (outcome, _) = run(Topic::Study, &seqs(Topic::Study, &[1, 2, 4]));
+    let arriving = seqs(Topic::Study, &[3, 2, 4, 3]);
+    let (again, verdicts) = fold("a1", 4, outcome.state.clone(), &arriving.iter().collect::<Vec<_>>());
+    assert_eq!(verdicts, [Verdict::Late, Verdict::Duplicate, Verdict::Duplicate, Verdict::Late]);
+    assert_eq!(again, outcome, "a late event changes nothing, its gap included");
+    // Within one run of events as well: 3 after 4 in the same batch.
+    let (_, verdicts) =
+        fold("a1", 0, State::new(Topic::Study), &seqs(Topic::Study, &[1, 2, 4, 3]).iter().collect::<Vec<_>>());
+    assert_eq!(verdicts, [Verdict::Applied, Verdict::Applied, Verdict::Gap, Verdict::Late]);
+    assert_eq!(crate::observe::Outcome::from(Verdict::Late).label(), "late");
+}
+
+#[test]
+fn a_state_without_gaps_is_stored_as_before_and_one_with_gaps_round_trips() {
+    for topic in Topic::ALL {
+        let json = serde_json::to_string(&State::new(topic)).unwrap();
+        assert!(!json.contains("gaps"), "{json}");
+    }
+    let (outcome, _) = run(Topic::Interview, &completed_interview());
+    assert!(!serde_json::to_string(&outcome.state).unwrap().contains("gaps"));
+    let (gapped, _) = run(Topic::Interview, &seqs(Topic::Interview, &[2, 4]));
+    let json = serde_json::to_string(&gapped.state).unwrap();
+    assert!(json.contains(r#""gaps":[[1,1],[3,3]]"#), "{json}");
+    assert_eq!(State::decode(Topic::Interview, &json).unwrap(), gapped.state);
+}
+
+#[test]
+fn the_gaps_kept_are_capped_by_merging_the_oldest() {
+    let every_other: Vec<u64> = (1..=200).map(|n| n * 2).collect();
+    let (outcome, tally) = run(Topic::Study, &seqs(Topic::Study, &every_other));
+    assert_eq!(tally.gaps, 200);
+    let gaps = outcome.state.gaps();
+    assert_eq!(gaps.len(), super::state::MAX_GAPS);
+    // The oldest ranges became one that covers them all (and the sequences applied between them).
+    assert_eq!(gaps[0], (1, 2 * (200 - super::state::MAX_GAPS as u64 + 1) - 1));
+    assert_eq!(gaps[gaps.len() - 1], (399, 399));
+    assert!(outcome.state.in_gap(1) && outcome.state.in_gap(50) && !outcome.state.in_gap(400));
 }

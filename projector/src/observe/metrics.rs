@@ -22,6 +22,9 @@ pub enum Outcome {
     Gap,
     /// Already applied: changed nothing.
     Duplicate,
+    /// Below its aggregate's sequence, in a gap it skipped: too late to apply, so not applied; the
+    /// aggregate is recorded for a repair (`projector status` lists it).
+    Late,
     /// Its organization differs from the one recorded for its aggregate: not applied.
     Refused,
     /// A well-formed event of a type this service does not know.
@@ -37,6 +40,7 @@ impl Outcome {
             Outcome::Applied => "applied",
             Outcome::Gap => "gap",
             Outcome::Duplicate => "duplicate",
+            Outcome::Late => "late",
             Outcome::Refused => "refused",
             Outcome::Skipped => "skipped",
             Outcome::DeadLettered => "dead_lettered",
@@ -50,9 +54,13 @@ impl From<crate::fold::Verdict> for Outcome {
             crate::fold::Verdict::Applied => Outcome::Applied,
             crate::fold::Verdict::Gap => Outcome::Gap,
             crate::fold::Verdict::Duplicate => Outcome::Duplicate,
+            crate::fold::Verdict::Late => Outcome::Late,
         }
     }
 }
+
+/// How many outcomes there are.
+const OUTCOMES: usize = 7;
 
 /// Messages by topic, event type and outcome: what one batch did, before it is counted.
 pub type Tally = std::collections::HashMap<(Topic, String, Outcome), u64>;
@@ -62,7 +70,7 @@ pub type Tally = std::collections::HashMap<(Topic, String, Outcome), u64>;
 pub struct Counts {
     pub batches: u64,
     pub retries: u64,
-    by_outcome: [u64; 6],
+    by_outcome: [u64; OUTCOMES],
 }
 
 impl Counts {
@@ -96,7 +104,7 @@ pub struct Metrics {
     topics: [String; 3],
     events: Family<EventLabels, Counter>,
     /// The same counts by outcome alone, kept beside `events` by [`Metrics::count`].
-    by_outcome: [AtomicU64; 6],
+    by_outcome: [AtomicU64; OUTCOMES],
     batches: AtomicU64,
     pub retries: Counter,
     batch_size: Histogram,
@@ -126,7 +134,7 @@ impl Metrics {
         let events = Family::<EventLabels, Counter>::default();
         registry.register(
             "events",
-            "Events by topic, type and outcome (applied, duplicate, gap, refused, skipped, dead_lettered)",
+            "Events by topic, type and outcome (applied, duplicate, gap, late, refused, skipped, dead_lettered)",
             events.clone(),
         );
         let retries = Counter::default();
