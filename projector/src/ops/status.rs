@@ -1,12 +1,13 @@
 //! `projector status`: what an operator asks first. Generations, the running rebuild, the live projectors,
-//! the lag of the live consumer group per partition, and how many messages wait in the dead-letter topics;
-//! as text, or as JSON for automation (`-o json`, the [`Status`] type as serialized).
+//! the lag of the live consumer group per partition, how many messages wait in the dead-letter topics, and
+//! the aggregates that received an event late for a gap (each with the repair that redoes it); as text,
+//! or as JSON for automation (`-o json`, the [`Status`] type as serialized).
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 use shared::connection::Connection;
-use shared::Keyspace;
+use shared::{Keyspace, Topic};
 
 use super::Output;
 use crate::config::Config;
@@ -28,6 +29,24 @@ pub struct Status {
     pub partitions: Vec<PartitionLag>,
     /// Messages waiting in each dead-letter topic.
     pub dead_letters: BTreeMap<String, i64>,
+    /// Aggregates of the active generation that received an event late for a gap, until repaired.
+    pub late_for_a_gap: Vec<LateForAGap>,
+}
+
+/// An aggregate that received an event late for a gap in its sequence: the event was not applied, and
+/// the aggregate lacks it until the repair here redoes it from the topics.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LateForAGap {
+    /// Which aggregate (for the text, which names it as the late hash does).
+    #[serde(skip)]
+    pub aggregate: Topic,
+    /// The topic's configured name.
+    pub topic: String,
+    pub aggregate_id: String,
+    pub organization_id: String,
+    /// The command that redoes the aggregate.
+    pub repair: String,
 }
 
 /// The rebuild that is running or was interrupted.
@@ -84,7 +103,36 @@ async fn gather(config: &Config) -> Result<Status, Error> {
         })
         .collect();
     let dead_letters = dead_letter_depths(config)?.into_iter().collect();
-    Ok(Status { active_generation, rebuild, live_projectors, group: config.group_id.clone(), partitions, dead_letters })
+    let late_for_a_gap = match active_generation {
+        Some(generation) => late_for_a_gap(config, &mut conn, &Keyspace::new(prefix.clone(), generation)).await?,
+        None => Vec::new(),
+    };
+    Ok(Status {
+        active_generation,
+        rebuild,
+        live_projectors,
+        group: config.group_id.clone(),
+        partitions,
+        dead_letters,
+        late_for_a_gap,
+    })
+}
+
+async fn late_for_a_gap(config: &Config, conn: &mut Connection, keys: &Keyspace) -> Result<Vec<LateForAGap>, Error> {
+    let late = store::late_aggregates(conn, keys).await?;
+    Ok(late
+        .into_iter()
+        .map(|l| {
+            let topic = config.topic_name(l.topic).to_string();
+            LateForAGap {
+                aggregate: l.topic,
+                repair: store::repair_command(&topic, &l.id),
+                topic,
+                aggregate_id: l.id,
+                organization_id: l.organization,
+            }
+        })
+        .collect())
 }
 
 fn print_text(status: &Status) {
@@ -119,5 +167,10 @@ fn print_text(status: &Status) {
     println!("dead letters:");
     for (topic, depth) in &status.dead_letters {
         println!("  {topic}: {depth}");
+    }
+    println!("late for a gap: {} aggregates", status.late_for_a_gap.len());
+    for late in &status.late_for_a_gap {
+        let (aggregate, id, org) = (late.aggregate.aggregate(), &late.aggregate_id, &late.organization_id);
+        println!("  {aggregate}:{id} (organization {org}): {}", late.repair);
     }
 }

@@ -10,6 +10,7 @@
 
 mod digest;
 mod generation;
+mod late;
 pub mod position;
 mod write;
 
@@ -21,6 +22,7 @@ use shared::{Event, Keyspace, Topic};
 
 pub use digest::Digest;
 pub use generation::{active_generation, check_no_eviction, connect, delete_generation, generation_keys, is_refused};
+pub use late::{late_aggregates, repair_command};
 
 use crate::batch::{Doubt, Guard};
 use crate::fold::{fold, State, Verdict};
@@ -179,16 +181,19 @@ impl Store {
             return Ok(applied);
         }
         let mut pending = self.resolve_owners(groups, &mut applied).await?;
+        // The aggregates that got an event late for a gap, remembered once every write is done.
+        let mut late = Vec::new();
         let mut attempts = 0;
         let held_since = std::time::Instant::now();
         let mut pause = HOLD_PAUSE;
         while attempts < MAX_ATTEMPTS {
             if pending.is_empty() {
+                late::remember(&mut self.conn, &self.keys, &late).await?;
                 return Ok(applied);
             }
             self.load_missing(&mut pending).await?;
             let held;
-            (pending, held) = self.write(pending, &mut applied, guard).await?;
+            (pending, held) = self.write(pending, &mut applied, &mut late, guard).await?;
             // A repair holding an organization holds it for moments: waited out, not counted as an attempt.
             if held {
                 if held_since.elapsed() > MAX_HOLD_WAIT {
@@ -202,7 +207,10 @@ impl Store {
         }
         match pending.first() {
             Some(p) => Err(StoreError::Contended(p.group.aggregate_id.to_string())),
-            None => Ok(applied),
+            None => {
+                late::remember(&mut self.conn, &self.keys, &late).await?;
+                Ok(applied)
+            }
         }
     }
 
@@ -267,11 +275,12 @@ impl Store {
     }
 
     /// Folds and writes every pending aggregate; returns those that changed under us or that a repair
-    /// holds, and whether any was held.
+    /// holds, and whether any was held. Those done that got a late event are added to `late`.
     async fn write<'a>(
         &mut self,
         pending: Vec<Pending<'a>>,
         applied: &mut Applied<'a>,
+        late: &mut Vec<late::Late<'a>>,
         guard: &mut impl Guard,
     ) -> Result<(Vec<Pending<'a>>, bool), StoreError> {
         let mut commands = Vec::new();
@@ -279,8 +288,10 @@ impl Store {
         for p in pending {
             let (sequence, state) = p.loaded.clone().expect("loaded before writing");
             let (folded, verdicts) = fold(p.group.aggregate_id, sequence, state, &p.events);
-            if verdicts.iter().all(|v| *v == Verdict::Duplicate) {
-                record(p.group.topic, &p.events, |_| Outcome::Duplicate, applied);
+            // Nothing to write when every event is a duplicate or late (which is remembered all the same).
+            if verdicts.iter().all(|v| matches!(v, Verdict::Duplicate | Verdict::Late)) {
+                record(p.group.topic, &p.events, |i| verdicts[i].into(), applied);
+                late.extend(late::Late::of(p.group.topic, p.group.aggregate_id, p.org, &p.events, &verdicts));
                 continue;
             }
             let epoch = match p.group.topic {
@@ -315,6 +326,9 @@ impl Store {
             if sets_epoch && matches!(reply, ScriptReply::Applied | ScriptReply::ClaimRefused) {
                 self.epochs.insert(epoch.clone());
             }
+            if matches!(reply, ScriptReply::Applied | ScriptReply::ClaimRefused) {
+                late.extend(late::Late::of(p.group.topic, p.group.aggregate_id, p.org, &p.events, &verdicts));
+            }
             match reply {
                 ScriptReply::Lost => lost = Some(epoch),
                 ScriptReply::Applied => record(p.group.topic, &p.events, |i| verdicts[i].into(), applied),
@@ -322,7 +336,7 @@ impl Store {
                     tracing::warn!(key = p.group.aggregate_id, "refused a key's claim on a hash another key id holds");
                     let claimed = |i: usize| {
                         let created = p.events[i].envelope.kind == "api_key.created";
-                        if created && verdicts[i] != Verdict::Duplicate {
+                        if created && !matches!(verdicts[i], Verdict::Duplicate | Verdict::Late) {
                             Outcome::Refused
                         } else {
                             verdicts[i].into()
