@@ -13,6 +13,7 @@ mod event_schemas;
 mod freshness;
 mod http;
 mod kafka_clients;
+mod late_events;
 mod logs;
 mod media;
 mod memory;
