@@ -11,7 +11,8 @@
 //!   read model must hold afterwards (documents, index entries, WebVTT cues).
 //! - `store`: the Redis side: owners, the write script and the only Rust that knows its arguments,
 //!   conflict retries, generations and their digest, and the positions the read model holds itself.
-//! - `run`: the long-running modes: `live` and `rebuild` (with its handover), how instances share
+//! - `run`: the long-running modes: `live`, `rebuild` (with its handover) and `repair` of one
+//!   organization or aggregate (with `redrive`, the dead letters that repair), how instances share
 //!   partitions and coordinate through Redis, and how the read model heals after Redis lost data
 //!   (`run/loss.rs` notices, `run/heal.rs` answers).
 //! - `observe`: one metrics registry and the HTTP server of `/metrics`, `/livez`, `/readyz`.
@@ -36,6 +37,7 @@ use tokio::sync::watch;
 pub use config::Config;
 pub use observe::{Counts, Metrics, Outcome};
 pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
+pub use run::repair::{run as repair, Report as RepairReport, Target as RepairTarget};
 pub use run::Watch;
 pub use run::{live_instances, Instance, Projector};
 pub use source::Partition;

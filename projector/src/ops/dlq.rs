@@ -2,11 +2,14 @@
 //! JSON for automation: the [`Listed`] type as serialized), and publishing them back to their original
 //! topics after a fix.
 
+use std::collections::HashMap;
+
 use serde::Serialize;
 
 use super::Output;
 use crate::config::Config;
-use crate::source::{list_dead_letters, replay_dead_letters};
+use crate::run::redrive;
+use crate::source::{list_dead_letters, replay_dead_letters, ReplayError};
 use crate::Error;
 
 /// One dead letter as `dlq list -o json` prints it.
@@ -52,7 +55,39 @@ pub fn list(config: &Config, output: Output) -> Result<(), Error> {
     Ok(())
 }
 
-pub async fn replay(config: &Config) -> Result<(), Error> {
-    println!("replayed {} dead letters", replay_dead_letters(config).await?);
+/// Publishes the letters again (with the corrected values given), then repairs every aggregate that
+/// moved on past one; prints what became of them.
+pub async fn replay(config: &Config, corrected: &[String], output: Output) -> Result<(), Error> {
+    let mut values = HashMap::new();
+    for spec in corrected {
+        let (at, file) = spec
+            .split_once('=')
+            .ok_or_else(|| Error::Config(format!("--corrected takes TOPIC/PARTITION@OFFSET=FILE, not {spec:?}")))?;
+        let value = std::fs::read(file).map_err(|e| Error::Config(format!("cannot read {file}: {e}")))?;
+        values.insert(at.to_string(), value);
+    }
+    let letters = replay_dead_letters(config, &values).await.map_err(|e| match e {
+        ReplayError::Broker(e) => Error::Kafka(e),
+        unknown => Error::Config(unknown.to_string()),
+    })?;
+    let shown = super::repair::Shown::new();
+    let redriven = redrive::after_replay(config, &letters, &|read, total| shown.show(read, total)).await?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&redriven).expect("a report serializes")),
+        Output::Text => {
+            println!(
+                "replayed {} dead letters: {} applied in order, {} repaired, {} still poison, {} skipped, {} refused",
+                redriven.replayed,
+                redriven.applied,
+                redriven.repaired,
+                redriven.still_poison,
+                redriven.skipped,
+                redriven.refused
+            );
+            for aggregate in &redriven.repaired_aggregates {
+                println!("repaired {aggregate}");
+            }
+        }
+    }
     Ok(())
 }

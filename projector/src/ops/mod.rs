@@ -4,6 +4,7 @@
 mod digest;
 mod dlq;
 mod rebuild;
+mod repair;
 mod status;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -45,6 +46,18 @@ pub enum Command {
         #[arg(long, env = "REBUILD_LOCK_WAIT_SECS", default_value_t = 15)]
         lock_wait_secs: u64,
     },
+    /// Redo one organization's data, or one aggregate's, from the topics while the API serves it, and
+    /// swap it in atomically (the live projectors' writes to it wait for a moment at the end).
+    Repair {
+        /// The organization whose studies, interviews and API keys to redo.
+        #[arg(long, required_unless_present = "aggregate", conflicts_with = "aggregate")]
+        organization: Option<String>,
+        /// One aggregate to redo, as TOPIC:ID (the topic by name, or `study`, `interview`, `apikey`).
+        #[arg(long)]
+        aggregate: Option<String>,
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
     /// Print a canonical, order-independent digest of a generation (by default the active one).
     Digest {
         /// The generation to digest.
@@ -71,8 +84,16 @@ pub enum DlqAction {
         output: Output,
     },
     /// Publish every dead letter not replayed yet back to its original topic; one still bad returns to
-    /// the dead-letter topic with its reason.
-    Replay,
+    /// the dead-letter topic with its reason. An aggregate that moved on past a letter (its later events
+    /// were applied) is repaired with the letter in its place.
+    Replay {
+        /// A corrected event for one letter, as `TOPIC/PARTITION@OFFSET=FILE`: the letter as `dlq list`
+        /// names it, and a file holding the value to publish instead of the letter's own (repeatable).
+        #[arg(long, value_name = "LETTER=FILE")]
+        corrected: Vec<String>,
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
 }
 
 /// How a command prints what it found.
@@ -94,10 +115,20 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             let options = rebuild::options(grace_secs, handover_lag, handover_timeout_secs, lock_wait_secs);
             rebuild::run(config, options).await
         }
+        Command::Repair { organization, aggregate, output } => {
+            let target = match (organization, aggregate) {
+                (Some(org), _) => crate::run::repair::Target::Organization(org),
+                (None, Some(spec)) => repair::aggregate(&config, &spec)?,
+                (None, None) => unreachable!("clap requires one"),
+            };
+            repair::run(&config, target, output).await
+        }
         Command::Digest { generation } => digest::run(&config, generation).await,
         Command::Status { output } => status::run(&config, output).await,
         Command::Dlq { action: DlqAction::List { output } } => dlq::list(&config, output),
-        Command::Dlq { action: DlqAction::Replay } => dlq::replay(&config).await,
+        Command::Dlq { action: DlqAction::Replay { corrected, output } } => {
+            dlq::replay(&config, &corrected, output).await
+        }
     }
 }
 

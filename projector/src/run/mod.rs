@@ -11,6 +11,8 @@ mod live;
 mod loss;
 mod members;
 pub mod rebuild;
+pub mod redrive;
+pub mod repair;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;

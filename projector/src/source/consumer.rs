@@ -85,7 +85,7 @@ fn code(error: &KafkaError) -> String {
 
 pub type LiveConsumer = StreamConsumer<Context>;
 
-fn settings(config: &Config, group: &str) -> ClientConfig {
+pub(super) fn settings(config: &Config, group: &str) -> ClientConfig {
     let mut settings = ClientConfig::new();
     config.kafka_properties().apply(&mut settings);
     settings

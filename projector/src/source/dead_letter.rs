@@ -209,26 +209,57 @@ pub fn list(config: &Config) -> Result<Vec<Listed>, BrokerError> {
     Ok(tokio::task::block_in_place(|| read(&consumer, config, false))?)
 }
 
-/// Publishes every dead letter not replayed yet back to its original topic; returns how many.
-pub async fn replay(config: &Config) -> Result<usize, BrokerError> {
+/// Where a dead letter sits in its dead-letter topic, as `dlq list` prints it: `TOPIC/PARTITION@OFFSET`.
+pub fn letter_at(listed: &Listed) -> String {
+    format!("{}/{}@{}", listed.at.topic, listed.at.partition, listed.at_offset)
+}
+
+/// Publishes every dead letter not replayed yet back to its original topic, a letter named in
+/// `corrected` (by [`letter_at`]) with that value instead of its own; returns the letters as published.
+/// A name in `corrected` that is no letter left to replay is refused before anything is published.
+pub async fn replay(config: &Config, corrected: &HashMap<String, Vec<u8>>) -> Result<Vec<DeadLetter>, ReplayError> {
     let consumer = consumer::inspector(config, &format!("{}-dlq-replay", config.group_id))?;
-    let letters = tokio::task::block_in_place(|| read(&consumer, config, true))?;
+    let mut letters = tokio::task::block_in_place(|| read(&consumer, config, true))?;
+    let named: std::collections::HashSet<String> = letters.iter().map(letter_at).collect();
+    if let Some(unknown) = corrected.keys().find(|at| !named.contains(*at)) {
+        return Err(ReplayError::Unknown(unknown.clone()));
+    }
+    for listed in &mut letters {
+        if let Some(value) = corrected.get(&letter_at(listed)) {
+            listed.letter.value = Some(value.clone());
+        }
+    }
     let producer = consumer::producer(config)?;
     for listed in &letters {
         let letter = &listed.letter;
         let record = letter.record(&letter.topic).headers(listed.headers.clone());
-        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| e)?;
+        producer.send(record, Duration::from_secs(10)).await.map_err(|(e, _)| BrokerError::from(e))?;
     }
     let mut next = BTreeMap::new();
     for listed in &letters {
         let entry = next.entry(&listed.at).or_insert(0);
         *entry = (listed.at_offset + 1).max(*entry);
     }
-    let done = partition_list(next.into_iter().map(|(p, o)| (p, Offset::Offset(o))))?;
+    let done = partition_list(next.into_iter().map(|(p, o)| (p, Offset::Offset(o)))).map_err(BrokerError::from)?;
     if done.count() > 0 {
-        consumer.commit(&done, CommitMode::Sync)?;
+        consumer.commit(&done, CommitMode::Sync).map_err(BrokerError::from)?;
     }
-    Ok(letters.len())
+    Ok(letters.into_iter().map(|listed| listed.letter).collect())
+}
+
+/// Why a replay did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
+    #[error("{0} is no dead letter left to replay (see `projector dlq list`)")]
+    Unknown(String),
+}
+
+impl From<KafkaError> for ReplayError {
+    fn from(e: KafkaError) -> Self {
+        ReplayError::Broker(e.into())
+    }
 }
 
 #[cfg(test)]

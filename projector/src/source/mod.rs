@@ -6,6 +6,7 @@ mod consumer;
 mod dead_letter;
 mod offsets;
 mod prerequisites;
+mod reader;
 mod settings;
 mod undelivered;
 
@@ -21,9 +22,12 @@ use shared::Topic;
 use tokio::sync::watch;
 
 pub use consumer::Batch;
-pub use dead_letter::{dead_letter_topic, list as list_dead_letters, replay as replay_dead_letters, DeadLetter};
+pub use dead_letter::{
+    dead_letter_topic, list as list_dead_letters, replay as replay_dead_letters, DeadLetter, ReplayError,
+};
 pub use offsets::Progress;
 pub use prerequisites::check as check_prerequisites;
+pub use reader::Reader;
 pub use settings::{KafkaOptions, Properties};
 
 use crate::config::Config;

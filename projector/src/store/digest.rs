@@ -25,13 +25,22 @@ impl std::fmt::Display for Digest {
 impl Digest {
     /// The digest of the generation `keys` names.
     pub async fn of(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Digest> {
-        compute(conn, keys).await
+        let names = generation_keys(conn, keys).await?;
+        compute(conn, keys, names).await
+    }
+
+    /// The digest of one organization's slot in the generation `keys` names: its studies, interviews and
+    /// transcripts (its API keys live in the key index's slot). What a repair of it must leave equal to
+    /// a build from scratch.
+    pub async fn of_organization(conn: &mut Connection, keys: &Keyspace, org: &str) -> RedisResult<Digest> {
+        let names = conn.scan(&keys.org_pattern(org)).await?;
+        compute(conn, keys, names).await
     }
 }
 
-async fn compute(conn: &mut Connection, keys: &Keyspace) -> RedisResult<Digest> {
-    let names: Vec<String> =
-        generation_keys(conn, keys).await?.into_iter().filter(|k| !keys.is_bookkeeping(k)).collect();
+async fn compute(conn: &mut Connection, keys: &Keyspace, names: Vec<String>) -> RedisResult<Digest> {
+    let mut names: Vec<String> = names.into_iter().filter(|k| !keys.is_bookkeeping(k)).collect();
+    names.sort();
     let strip = keys.pattern().len() - 1;
     let mut acc = [0u8; 32];
     let mut count = 0;

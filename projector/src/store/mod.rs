@@ -12,6 +12,7 @@ mod digest;
 mod generation;
 mod late;
 pub mod position;
+pub mod repair;
 mod write;
 
 use std::collections::HashSet;
@@ -27,7 +28,8 @@ pub use late::{late_aggregates, repair_command};
 use crate::batch::{Doubt, Guard};
 use crate::fold::{fold, State, Verdict};
 use crate::observe::Outcome;
-use write::{ScriptReply, Write, WriteScript};
+pub use write::ScriptReply;
+use write::{Write, WriteScript};
 
 /// How many times one batch re-reads an aggregate that changed under it before giving up.
 const MAX_ATTEMPTS: usize = 8;
@@ -53,6 +55,9 @@ pub enum StoreError {
     Contended(String),
     #[error("aggregate {0} stayed held by a repair")]
     Held(String),
+    /// A repair's hold expired before its swap (the repair was too slow to renew it): nothing was swapped.
+    #[error("the repair's hold on the organization expired before the swap")]
+    HoldLost,
     /// An epoch this projector wrote is gone: Redis lost data since the projector last looked.
     #[error("{0}, written by this projector, is gone")]
     Lost(String),
@@ -84,7 +89,11 @@ impl StoreError {
                         .any(|s| text.contains(s))
             }
             StoreError::Reply(_) | StoreError::Script(_) | StoreError::CorruptState { .. } => true,
-            StoreError::Contended(_) | StoreError::Held(_) | StoreError::Lost(_) | StoreError::Doubted(_) => false,
+            StoreError::Contended(_)
+            | StoreError::Held(_)
+            | StoreError::HoldLost
+            | StoreError::Lost(_)
+            | StoreError::Doubted(_) => false,
         }
     }
 

@@ -160,6 +160,12 @@ impl WriteScript {
 #[error("unexpected reply from the write script: {0:?}")]
 pub struct ReplyError(Value);
 
+impl ReplyError {
+    pub fn new(value: Value) -> Self {
+        Self(value)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,398 @@
+//! `repair`: redoes one organization's data, or one aggregate's, from the topics, while the live
+//! projectors go on and the API keeps serving it.
+//!
+//! 1. Read the topics from their earliest offset to their ends as they are now, keeping the target's
+//!    events. An organization's events are told by a byte search for its id before any decoding (a value
+//!    without the id and without a JSON escape cannot be one of them); an aggregate's by the message key.
+//! 2. Fold each aggregate from scratch, its events in sequence order (the last one published with a
+//!    sequence wins: a republished correction replaces the original; a fixed dead letter fills its gap).
+//! 3. For an organization: stage the result beside the live keys, in the organization's slot.
+//! 4. Hold the organization (the live path's writes to it wait), read on to the topics' ends as they are
+//!    now: every event the live path applied is then folded in, since it was published before the hold.
+//! 5. Swap the staged data in with one script that releases the hold (an aggregate: write it with the
+//!    live path's own script, then release). A reader sees the old data or the repaired, never a mixture.
+//! 6. API keys, which live in their own slot, are written one at a time with the write script, each
+//!    against the sequence it read, after reading on to the topics' ends again: no hold.
+//!
+//! A repair killed anywhere leaves the live data as it was: staged keys expire (and the next repair
+//! clears them), a hold expires within [`HOLD_TTL`](crate::store::repair::HOLD_TTL).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use shared::{decode, Decoded, Event, Keyspace, Topic};
+
+use crate::config::Config;
+use crate::fold::{fold, Folded, State};
+use crate::source::{Partition, Reader, Record};
+use crate::store::repair::{self as staging, Renewal};
+use crate::store::{self, ScriptReply, Store, StoreError};
+use crate::Error;
+
+/// What to repair.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    Organization(String),
+    Aggregate(Topic, String),
+}
+
+/// What a repair did, as `repair -o json` prints it.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Report {
+    pub organization: String,
+    pub generation: u64,
+    /// Messages read from the topics, and the target's events among them.
+    pub events_read: u64,
+    pub events_kept: u64,
+    /// Aggregates written from scratch.
+    pub aggregates: usize,
+    /// Keys of the organization's slot replaced or deleted by the swap.
+    pub keys_swapped: usize,
+    /// How long the organization's writes were held.
+    pub held_ms: u64,
+    pub seconds: f64,
+    /// Aggregates left alone: another organization owns them.
+    pub owned_by_others: Vec<String>,
+}
+
+/// How far the reading is: messages read, of how many.
+pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
+
+/// How long a repair waits for another repair's hold on the same organization.
+const HOLD_WAIT: Duration = Duration::from_secs(30);
+
+/// How many times an API key is read again when the live path wrote it meanwhile.
+const KEY_ATTEMPTS: usize = 8;
+
+type Aggregates = BTreeMap<(Topic, String), BTreeMap<u64, Event>>;
+
+/// The target's events, by aggregate and sequence.
+struct Collected {
+    target: Target,
+    /// The organization, once known (an aggregate's: its owner, or its first event's).
+    org: Option<String>,
+    /// What an organization's id looks like in a JSON value.
+    needle: Vec<u8>,
+    aggregates: Aggregates,
+    kept: u64,
+}
+
+impl Collected {
+    fn new(target: Target, owner: Option<String>) -> Self {
+        let (org, needle) = match &target {
+            Target::Organization(org) => (Some(org.clone()), serde_json::to_vec(org).expect("a string serializes")),
+            Target::Aggregate(..) => (owner, Vec::new()),
+        };
+        Self { target, org, needle, aggregates: BTreeMap::new(), kept: 0 }
+    }
+
+    /// Keeps the record's event if it is the target's; returns its aggregate then.
+    fn offer(&mut self, record: Record<'_>) -> Option<(Topic, String)> {
+        let value = record.value?;
+        match &self.target {
+            Target::Organization(_) => {
+                if !value.contains(&b'\\') && !contains(value, &self.needle) {
+                    return None;
+                }
+            }
+            Target::Aggregate(topic, id) => {
+                if record.topic != *topic || record.key.is_some_and(|k| k != id.as_bytes()) {
+                    return None;
+                }
+            }
+        }
+        let Ok(Decoded::Event(event)) = decode(record.topic, record.key, value) else { return None };
+        if let Target::Aggregate(_, id) = &self.target {
+            if event.envelope.aggregate_id != *id {
+                return None;
+            }
+        }
+        let org = self.org.get_or_insert_with(|| event.envelope.organization_id.clone());
+        if event.envelope.organization_id != *org {
+            return None;
+        }
+        self.kept += 1;
+        let aggregate = (record.topic, event.envelope.aggregate_id.clone());
+        // One partition holds an aggregate, read in offset order: a later event with a sequence wins.
+        self.aggregates.entry(aggregate.clone()).or_default().insert(event.envelope.sequence, event);
+        Some(aggregate)
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
+}
+
+/// One aggregate folded from scratch, its events in sequence order.
+fn folded(aggregates: &Aggregates, aggregate: &(Topic, String)) -> Folded {
+    let events: Vec<&Event> = aggregates[aggregate].values().collect();
+    fold(&aggregate.1, 0, State::new(aggregate.0), &events).0
+}
+
+/// Runs a repair of `target` on the active generation.
+pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
+    let started = Instant::now();
+    let (_stop, mut stopped) = tokio::sync::watch::channel(false);
+    let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
+    let generation = store::active_generation(&mut conn, &config.key_prefix).await?;
+    let keys = Keyspace::new(config.key_prefix.clone(), generation);
+    let mut store = Store::new(conn.clone(), keys.clone());
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let topics: Vec<Topic> = match &target {
+        Target::Organization(_) => Topic::ALL.to_vec(),
+        Target::Aggregate(topic, _) => vec![*topic],
+    };
+    let owner = match &target {
+        Target::Aggregate(topic, id) => redis::cmd("GET").arg(keys.owner(*topic, id)).query_async(&mut conn).await?,
+        Target::Organization(_) => None,
+    };
+    let mut collected = Collected::new(target.clone(), owner);
+    let mut reader = Reader::open(config, &topics)?;
+    let mut report = Report { generation, ..Report::default() };
+
+    // 1 to 3: read, fold, stage.
+    let mut marks = reader.watermarks()?;
+    let mut total: u64 = marks.values().map(|(low, high)| (high - low).max(0) as u64).sum();
+    report.events_read += reader.read_to(&marks, |r| drop(collected.offer(r)), |n| progress(n, total))?;
+    tracing::info!(elapsed = ?started.elapsed(), read = report.events_read, "read to the ends");
+    let Some(org) = collected.org.clone() else {
+        return Err(Error::Refused(format!("the topics hold no event of {}", describe(&target))));
+    };
+    report.organization = org.clone();
+    let mut claimed = BTreeSet::new();
+    let mut others = BTreeSet::new();
+    claim(&mut conn, &keys, &org, &collected.aggregates, &mut claimed, &mut others).await?;
+    let organization = matches!(target, Target::Organization(_));
+    let (mut staged, mut live) = (BTreeSet::new(), BTreeSet::new());
+    if organization {
+        live = staging::live_keys(&mut conn, &keys, &org).await?;
+        let all: Vec<_> = collected.aggregates.keys().cloned().collect();
+        stage(&mut conn, &keys, &org, &collected.aggregates, &all, &others, &mut staged).await?;
+    }
+
+    tracing::info!(elapsed = ?started.elapsed(), "staged");
+    // 4 and 5: hold, read on, swap (or write the one aggregate).
+    let in_slot = organization || !matches!(target, Target::Aggregate(Topic::ApiKey, _));
+    if in_slot {
+        let hold = keys.hold(&org);
+        if !staging::take_hold(&mut conn, &hold, &token, HOLD_WAIT).await? {
+            return Err(Error::Refused(format!("another repair holds organization {org}; try again when it is done")));
+        }
+        let renewal = Renewal::start(conn.clone(), hold.clone(), token.clone());
+        let held = Instant::now();
+        let mut touched = BTreeSet::new();
+        let read_before = report.events_read;
+        read_on(&mut reader, &mut marks, &mut total, &mut report, &mut collected, &mut touched, progress)?;
+        tracing::info!(organization = %org, events = report.events_read - read_before, "read on under the hold");
+        claim(&mut conn, &keys, &org, &collected.aggregates, &mut claimed, &mut others).await?;
+        tracing::info!(elapsed = ?started.elapsed(), "read on under the hold and claimed");
+        let outcome = if organization {
+            let touched: Vec<_> = touched.into_iter().collect();
+            stage(&mut conn, &keys, &org, &collected.aggregates, &touched, &others, &mut staged).await?;
+            staging::swap(&mut conn, &keys, &org, &token, &staged, &live).await.map(|n| report.keys_swapped = n)
+        } else {
+            let aggregate = collected.aggregates.keys().next().cloned().expect("the org came from an event");
+            let result = write_one(&mut store, &org, &aggregate, &collected.aggregates, &token).await;
+            staging::release_hold(&mut conn, &hold, &token).await?;
+            result
+        };
+        drop(renewal);
+        report.held_ms = held.elapsed().as_millis() as u64;
+        outcome.map_err(|e| Error::Refused(format!("the repair of {} was not swapped in: {e}", describe(&target))))?;
+    }
+
+    // 6: API keys, one at a time.
+    let api_keys: Vec<(Topic, String)> = collected
+        .aggregates
+        .keys()
+        .filter(|(topic, _)| *topic == Topic::ApiKey)
+        .filter(|a| !others.contains(*a))
+        .cloned()
+        .collect();
+    for aggregate in &api_keys {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let stored = store.stored(Topic::ApiKey, &org, &aggregate.1).await.map_err(refused)?;
+            let mut touched = BTreeSet::new();
+            read_on(&mut reader, &mut marks, &mut total, &mut report, &mut collected, &mut touched, progress)?;
+            let repaired = folded(&collected.aggregates, aggregate);
+            let reply = store
+                .write_repaired(Topic::ApiKey, &org, &aggregate.1, stored, repaired, &token)
+                .await
+                .map_err(refused)?;
+            match reply {
+                ScriptReply::Applied | ScriptReply::ClaimRefused => break,
+                _ if attempt >= KEY_ATTEMPTS => {
+                    return Err(Error::Refused(format!("API key {} kept changing during the repair", aggregate.1)))
+                }
+                ScriptReply::Held => tokio::time::sleep(Duration::from_millis(100)).await,
+                _ => {}
+            }
+        }
+    }
+
+    report.aggregates = collected.aggregates.len() - others.len();
+    report.events_kept = collected.kept;
+    report.owned_by_others = others.iter().map(|(t, id)| format!("{}:{id}", t.aggregate())).collect();
+    // Repaired: no longer late for a gap.
+    let late: Vec<String> = collected.aggregates.keys().map(|(t, id)| Keyspace::late_field(*t, id)).collect();
+    if !late.is_empty() {
+        let _: () = redis::cmd("HDEL").arg(keys.late()).arg(&late).query_async(&mut conn).await?;
+    }
+    if store::active_generation(&mut conn, &config.key_prefix).await? != generation {
+        tracing::warn!(
+            generation,
+            "the active generation changed during the repair; the new one was built from the topics"
+        );
+    }
+    report.seconds = started.elapsed().as_secs_f64();
+    Ok(report)
+}
+
+fn refused(e: StoreError) -> Error {
+    Error::Refused(e.to_string())
+}
+
+fn describe(target: &Target) -> String {
+    match target {
+        Target::Organization(org) => format!("organization {org}"),
+        Target::Aggregate(topic, id) => format!("{} {id}", topic.aggregate()),
+    }
+}
+
+/// Reads every partition on to its end as it is now, noting the aggregates whose events came.
+fn read_on(
+    reader: &mut Reader,
+    marks: &mut std::collections::HashMap<Partition, (i64, i64)>,
+    total: &mut u64,
+    report: &mut Report,
+    collected: &mut Collected,
+    touched: &mut BTreeSet<(Topic, String)>,
+    progress: Progress<'_>,
+) -> Result<(), Error> {
+    let now = reader.watermarks()?;
+    for (p, (_, high)) in &now {
+        let before = marks.get(p).map_or(0, |(_, h)| *h);
+        *total += (high - before).max(0) as u64;
+    }
+    *marks = now;
+    let base = report.events_read;
+    let all = *total;
+    report.events_read += reader.read_to(
+        marks,
+        |r| {
+            if let Some(a) = collected.offer(r) {
+                touched.insert(a);
+            }
+        },
+        |n| progress(base + n, all),
+    )?;
+    Ok(())
+}
+
+/// Records the organization as the owner of the aggregates not claimed yet; notes those others own.
+async fn claim(
+    conn: &mut shared::connection::Connection,
+    keys: &Keyspace,
+    org: &str,
+    aggregates: &Aggregates,
+    claimed: &mut BTreeSet<(Topic, String)>,
+    others: &mut BTreeSet<(Topic, String)>,
+) -> Result<(), Error> {
+    let new: Vec<(Topic, String)> = aggregates.keys().filter(|a| !claimed.contains(*a)).cloned().collect();
+    for chunk in new.chunks(1000) {
+        let owned = staging::claim_owners(conn, keys, org, chunk).await?;
+        for aggregate in &owned {
+            tracing::warn!(aggregate = %aggregate.1, "another organization owns this aggregate; left alone");
+        }
+        others.extend(owned);
+    }
+    claimed.extend(new);
+    Ok(())
+}
+
+/// Stages the studies and interviews among `which`.
+async fn stage(
+    conn: &mut shared::connection::Connection,
+    keys: &Keyspace,
+    org: &str,
+    aggregates: &Aggregates,
+    which: &[(Topic, String)],
+    others: &BTreeSet<(Topic, String)>,
+    staged: &mut BTreeSet<String>,
+) -> Result<(), Error> {
+    let mut commands = Vec::new();
+    for aggregate in which.iter().filter(|(t, _)| *t != Topic::ApiKey).filter(|a| !others.contains(*a)) {
+        let (cmds, live) = staging::stage(keys, org, aggregate.0, &aggregate.1, &folded(aggregates, aggregate));
+        commands.extend(cmds);
+        staged.extend(live);
+        if commands.len() >= 2000 {
+            conn.query_all(&std::mem::take(&mut commands)).await?;
+        }
+    }
+    conn.query_all(&commands).await?;
+    Ok(())
+}
+
+/// Writes one study or interview from scratch, under the organization's hold.
+async fn write_one(
+    store: &mut Store,
+    org: &str,
+    aggregate: &(Topic, String),
+    aggregates: &Aggregates,
+    token: &str,
+) -> Result<(), StoreError> {
+    let stored = store.stored(aggregate.0, org, &aggregate.1).await?;
+    match store.write_repaired(aggregate.0, org, &aggregate.1, stored, folded(aggregates, aggregate), token).await? {
+        ScriptReply::Applied | ScriptReply::ClaimRefused => Ok(()),
+        _ => Err(StoreError::HoldLost),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record<'a>(topic: Topic, key: &'a [u8], value: &'a [u8]) -> Record<'a> {
+        Record { topic, topic_name: topic.default_name(), partition: 0, offset: 0, key: Some(key), value: Some(value) }
+    }
+
+    fn event(org: &str, id: &str, sequence: u64, title: &str) -> String {
+        serde_json::json!({
+            "eventId": format!("{id}-{sequence}-{title}"), "type": "study.retitled", "organizationId": org,
+            "aggregateId": id, "sequence": sequence, "occurredAt": "2026-01-01T00:00:00Z",
+            "data": {"internalTitle": title}
+        })
+        .to_string()
+    }
+
+    #[test]
+    fn an_organization_keeps_its_events_only_and_a_later_event_with_a_sequence_wins() {
+        let mut c = Collected::new(Target::Organization("org-1".into()), None);
+        assert!(c.offer(record(Topic::Study, b"s1", event("org-1", "s1", 1, "first").as_bytes())).is_some());
+        assert!(c.offer(record(Topic::Study, b"s2", event("org-10", "s2", 1, "x").as_bytes())).is_none());
+        assert!(c.offer(record(Topic::Study, b"s3", event("org-2", "s3", 1, "x").as_bytes())).is_none());
+        // An id written with an escape is still found, by decoding.
+        let escaped = event("org-1", "s4", 1, "y").replace("\"org-1\"", "\"org\\u002d1\"");
+        assert!(c.offer(record(Topic::Study, b"s4", escaped.as_bytes())).is_some());
+        assert!(c.offer(record(Topic::Study, b"s1", event("org-1", "s1", 1, "corrected").as_bytes())).is_some());
+        assert!(c.offer(record(Topic::Study, b"s1", b"{not json")).is_none());
+        assert_eq!(c.kept, 3);
+        let s1 = &c.aggregates[&(Topic::Study, "s1".to_string())];
+        assert_eq!(s1.len(), 1);
+        assert!(s1[&1].envelope.event_id.contains("corrected"));
+    }
+
+    #[test]
+    fn an_aggregate_keeps_its_own_events_of_its_owner_only() {
+        let mut c = Collected::new(Target::Aggregate(Topic::Study, "s1".into()), Some("org-1".into()));
+        assert!(c.offer(record(Topic::Study, b"s2", event("org-1", "s2", 1, "x").as_bytes())).is_none());
+        assert!(c.offer(record(Topic::Study, b"s1", event("org-2", "s1", 1, "x").as_bytes())).is_none());
+        assert!(c.offer(record(Topic::Study, b"s1", event("org-1", "s1", 2, "x").as_bytes())).is_some());
+        assert!(c.offer(record(Topic::Interview, b"s1", event("org-1", "s1", 3, "x").as_bytes())).is_none());
+        assert_eq!(c.kept, 1);
+    }
+}

@@ -1,0 +1,278 @@
+//! The Redis side of a repair (see [`crate::run::repair`]): a short hold on an organization's writes, its
+//! repaired data staged beside the live keys in the same slot, and the swap that puts it in place in one
+//! script, so a reader sees the data before the repair or after it, never a mixture. Also the repaired
+//! write of one aggregate, through the live path's own write script.
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, Script, Value};
+use shared::connection::Connection;
+use shared::{Keyspace, Topic};
+
+use super::write::{ScriptReply, Write};
+use super::{Store, StoreError};
+use crate::fold::{Folded, IndexChange, State, TranscriptChange, TRANSCRIPT_HEADER};
+
+/// How long a hold lasts unless renewed: a repair that died releases the organization within this.
+pub const HOLD_TTL: Duration = Duration::from_secs(10);
+
+/// How long staged keys live unless swapped in: those of a repair that died go by themselves.
+const STAGED_TTL_MS: u64 = 3_600_000;
+
+/// Takes a hold unless another repair holds it; renews one held with the same token.
+const TAKE: &str = r"
+local held = redis.call('GET', KEYS[1])
+if held and held ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return 1
+";
+
+/// Releases a hold if it is still this token's.
+const RELEASE: &str = r"
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+";
+
+/// Swaps the staged copies of an organization's keys in.
+const SWAP: &str = r"
+-- KEYS[1] the organization's hold, KEYS[2] its epoch, then pairs: a live key and its staged copy.
+-- ARGV[1] the repair's token, ARGV[2] the organization's new epoch.
+-- A staged copy replaces its live key (RENAME, then PERSIST: the copy had a TTL); a live key without a
+-- staged copy is no longer part of the organization's data and is deleted. Nothing happens unless the
+-- repair still holds the organization: the live path may have written meanwhile.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.status_reply('HOLD-LOST') end
+local swapped = 0
+for i = 3, #KEYS, 2 do
+  if redis.call('EXISTS', KEYS[i + 1]) == 1 then
+    redis.call('RENAME', KEYS[i + 1], KEYS[i])
+    redis.call('PERSIST', KEYS[i])
+    swapped = swapped + 1
+  else
+    redis.call('DEL', KEYS[i])
+  end
+end
+redis.call('SET', KEYS[2], ARGV[2])
+redis.call('DEL', KEYS[1])
+return swapped
+";
+
+/// Takes the hold `key` for `token`, waiting up to `wait` while another repair holds it; false if it
+/// still does then.
+pub async fn take_hold(conn: &mut Connection, key: &str, token: &str, wait: Duration) -> redis::RedisResult<bool> {
+    let started = Instant::now();
+    loop {
+        let taken: i64 =
+            Script::new(TAKE).key(key).arg(token).arg(HOLD_TTL.as_millis() as u64).invoke_async(conn).await?;
+        if taken == 1 {
+            return Ok(true);
+        }
+        if started.elapsed() >= wait {
+            return Ok(false);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Renews the hold every third of its TTL until dropped.
+pub struct Renewal(tokio::task::JoinHandle<()>);
+
+impl Renewal {
+    pub fn start(mut conn: Connection, key: String, token: String) -> Self {
+        Self(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(HOLD_TTL / 3).await;
+                if let Err(e) = take_hold(&mut conn, &key, &token, Duration::ZERO).await {
+                    tracing::warn!(error = %e, "could not renew the repair's hold");
+                }
+            }
+        }))
+    }
+}
+
+impl Drop for Renewal {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+pub async fn release_hold(conn: &mut Connection, key: &str, token: &str) -> redis::RedisResult<()> {
+    let _: i64 = Script::new(RELEASE).key(key).arg(token).invoke_async(conn).await?;
+    Ok(())
+}
+
+/// Records `org` as the owner of each aggregate that has none; returns those another organization owns.
+pub async fn claim_owners(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    org: &str,
+    aggregates: &[(Topic, String)],
+) -> redis::RedisResult<BTreeSet<(Topic, String)>> {
+    let commands: Vec<Cmd> = aggregates
+        .iter()
+        .map(|(topic, id)| {
+            let mut set = redis::cmd("SET");
+            set.arg(keys.owner(*topic, id)).arg(org).arg("NX").arg("GET");
+            set
+        })
+        .collect();
+    let mut others = BTreeSet::new();
+    for chunk in aggregates.iter().zip(conn.query_all(&commands).await?) {
+        let owner: Option<String> = redis::from_redis_value(chunk.1)?;
+        if owner.is_some_and(|o| o != org) {
+            others.insert(chunk.0.clone());
+        }
+    }
+    Ok(others)
+}
+
+/// The organization's live keys, after deleting whatever a repair of it that died left staged. One SCAN
+/// of the keyspace (of every primary), made before the hold: a key the live path creates afterwards
+/// belongs to an aggregate whose events the repair reads too, so it is among the keys the repair stages.
+pub async fn live_keys(conn: &mut Connection, keys: &Keyspace, org: &str) -> redis::RedisResult<BTreeSet<String>> {
+    let (staged, live): (Vec<String>, Vec<String>) =
+        conn.scan(&keys.org_pattern(org)).await?.into_iter().partition(|k| k.contains("}:repair:"));
+    for chunk in staged.chunks(500) {
+        let unlinks: Vec<Cmd> = chunk.iter().map(|k| one("UNLINK", k)).collect();
+        conn.query_all(&unlinks).await?;
+    }
+    Ok(live.into_iter().filter(|k| !keys.is_bookkeeping(k)).collect())
+}
+
+/// The commands that make the staged copy of the organization's data hold `folded` for one study or
+/// interview, whatever the copy held for it before; and the live names of the keys they touch.
+pub fn stage(keys: &Keyspace, org: &str, topic: Topic, id: &str, folded: &Folded) -> (Vec<Cmd>, Vec<String>) {
+    let staged = |live: &str| keys.staged(live).expect("an organization's key");
+    let (mut commands, mut live) = (Vec::new(), Vec::new());
+    let state_key = keys.aggregate(topic, org, id);
+    let state = serde_json::to_string(&folded.state).expect("state always serializes");
+    let mut hset = redis::cmd("HSET");
+    hset.arg(staged(&state_key)).arg("seq").arg(folded.sequence).arg("state").arg(state);
+    commands.push(hset);
+    live.push(state_key);
+    let documents = match topic {
+        Topic::Study => keys.study_documents(org),
+        _ => keys.interview_documents(org),
+    };
+    match &folded.document {
+        Some(doc) => commands.push(redis::cmd("HSET").arg(staged(&documents)).arg(id).arg(doc).clone()),
+        None => commands.push(redis::cmd("HDEL").arg(staged(&documents)).arg(id).clone()),
+    }
+    live.push(documents);
+    let index = match &folded.state {
+        State::Study(_) => Some(keys.studies(org)),
+        State::Interview(i) => i.study_id.as_deref().map(|study| keys.interviews(org, study)),
+        State::ApiKey(_) => None,
+    };
+    if let Some(index) = index {
+        match folded.index {
+            IndexChange::Add(score) => {
+                commands.push(redis::cmd("ZADD").arg(staged(&index)).arg(score as i64).arg(id).clone())
+            }
+            _ => commands.push(redis::cmd("ZREM").arg(staged(&index)).arg(id).clone()),
+        }
+        live.push(index);
+    }
+    if topic == Topic::Interview {
+        let transcript = keys.transcript(org, id);
+        match &folded.transcript {
+            TranscriptChange::Append(cues) => commands
+                .push(redis::cmd("SET").arg(staged(&transcript)).arg(format!("{TRANSCRIPT_HEADER}{cues}")).clone()),
+            _ => commands.push(one("DEL", &staged(&transcript))),
+        }
+        live.push(transcript);
+    }
+    for key in &live {
+        commands.push(redis::cmd("PEXPIRE").arg(staged(key)).arg(STAGED_TTL_MS).clone());
+    }
+    (commands, live)
+}
+
+/// Swaps the staged copy of `org`'s data in, provided the repair still holds it: every key of `staged`
+/// (live names) and every other key of `live` (found by [`live_keys`]). The hold is released with it.
+pub async fn swap(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    org: &str,
+    token: &str,
+    staged: &BTreeSet<String>,
+    live: &BTreeSet<String>,
+) -> Result<usize, StoreError> {
+    let live: BTreeSet<&String> = live.iter().chain(staged).collect();
+    let script = Script::new(SWAP);
+    let mut invocation = script.prepare_invoke();
+    invocation.key(keys.hold(org)).key(keys.org_epoch(org));
+    for key in &live {
+        invocation.key(key).key(keys.staged(key).expect("an organization's key"));
+    }
+    invocation.arg(token).arg(uuid::Uuid::new_v4().simple().to_string());
+    match invocation.invoke_async::<Value>(conn).await? {
+        Value::Int(swapped) => Ok(swapped as usize),
+        Value::SimpleString(status) if status == "HOLD-LOST" => Err(StoreError::HoldLost),
+        other => Err(StoreError::Script(super::write::ReplyError::new(other))),
+    }
+}
+
+impl Store {
+    /// Writes one aggregate folded from scratch over the stored one at `expected`, with the live path's
+    /// write script and the repair's `token` (which opens the repair's own hold). The transcript is
+    /// replaced. For an API key, the index entries of every hash the stored state had are let go unless
+    /// the repaired state keeps them.
+    pub async fn write_repaired(
+        &mut self,
+        topic: Topic,
+        org: &str,
+        id: &str,
+        expected: (u64, State),
+        mut folded: Folded,
+        token: &str,
+    ) -> Result<ScriptReply, StoreError> {
+        if let (State::ApiKey(stored), State::ApiKey(repaired)) = (&expected.1, &folded.state) {
+            let stale =
+                stored.sha256.iter().chain(&stored.retired).filter(|sha| repaired.sha256.as_ref() != Some(*sha));
+            let stale: Vec<String> = stale.cloned().collect();
+            match &mut folded.index {
+                IndexChange::KeyLive { retired } | IndexChange::KeyRevoked { retired } => {
+                    for sha in stale {
+                        if !retired.contains(&sha) {
+                            retired.push(sha);
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+        let write = Write {
+            topic,
+            org,
+            aggregate_id: id,
+            expected: expected.0,
+            folded: &folded,
+            epoch_written: false,
+            repair: Some(token),
+        };
+        let command = self.write.invocation(&self.keys, &write);
+        let reply = self.query(&[command]).await?.pop().expect("one reply");
+        Ok(super::write::WriteScript::reply(reply)?)
+    }
+
+    /// The stored sequence and state of one aggregate.
+    pub async fn stored(&mut self, topic: Topic, org: &str, id: &str) -> Result<(u64, State), StoreError> {
+        let key = self.keys.aggregate(topic, org, id);
+        let reply = self.query(&[super::hmget_state(key.clone())]).await?.pop().expect("one reply");
+        let (seq, state): (Option<u64>, Option<String>) = redis::from_redis_value(reply)?;
+        let state = match state {
+            Some(json) => {
+                State::decode(topic, &json).map_err(|e| StoreError::CorruptState { key, reason: e.to_string() })?
+            }
+            None => State::new(topic),
+        };
+        Ok((seq.unwrap_or(0), state))
+    }
+}
+
+fn one(name: &str, key: &str) -> Cmd {
+    let mut cmd = redis::cmd(name);
+    cmd.arg(key);
+    cmd
+}
