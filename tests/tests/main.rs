@@ -23,6 +23,7 @@ mod projection;
 mod read_cache;
 mod read_model_store;
 mod rebuild;
+mod repair;
 mod redis_acl;
 mod redis_faults;
 mod redis_tls;

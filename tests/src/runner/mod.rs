@@ -233,3 +233,13 @@ pub async fn instances(conn: &Connection, prefix: &str) -> Vec<(String, usize, u
     all.sort();
     all
 }
+
+/// The digest of one organization's slot in a generation on the stack's Redis.
+pub async fn organization_digest(keys: &Keyspace, org: &str) -> String {
+    projector::Digest::of_organization(&mut crate::redis().await, keys, org).await.expect("digest").to_string()
+}
+
+/// A repair run in this process, as `projector repair` runs it (without its progress bar).
+pub async fn repair(config: Config, target: projector::RepairTarget) -> projector::RepairReport {
+    projector::repair(&config, target, &|_, _| {}).await.expect("the repair succeeds")
+}
