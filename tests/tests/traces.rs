@@ -112,7 +112,10 @@ async fn a_dead_letter_keeps_its_messages_headers_and_a_replay_publishes_them_ba
     assert!(letter.header("dlq-reason").is_some_and(|r| r.contains("invalid envelope")), "{letter:?}");
 
     let replayed = runner::succeed(&topics, running.prefix(), running.group(), &["dlq", "replay"], WAIT).await;
-    assert_eq!(replayed.trim(), "replayed 1 dead letters");
+    assert!(
+        replayed.starts_with("replayed 1 dead letters: 0 applied in order, 0 repaired, 1 still poison"),
+        "{replayed}"
+    );
     let study = kafka::read(&topics.study, 2, WAIT).await;
     assert_eq!(study.len(), 2, "the message and its replay: {study:?}");
     for message in &study {
