@@ -47,7 +47,11 @@ async fn a_repair_of_one_organization_while_it_is_read_and_written_leaves_no_err
     messages.extend(fixture::key(&org, "repair-key", SECRET).messages);
     let topics = Topics::holding(&messages).await;
     let mut published = messages.len() as u64;
-    let live = runner::spawn_caught_up(&topics, published, Duration::from_secs(60)).await;
+    // A live projector that sees each event within milliseconds: its writes keep meeting the repair's hold.
+    let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
+    config.kafka.kafka_property.push(("fetch.wait.max.ms".into(), "10".into()));
+    let live = runner::spawn(config).await;
+    live.wait_until_consumed(published, Duration::from_secs(60)).await;
     let (prefix, group) = (live.prefix().to_string(), live.group().to_string());
     let keys = Keyspace::new(prefix.clone(), 1);
     let app = Arc::new(spawn_app(api::config(&prefix, &env("REDIS_URL"))).await);
@@ -60,25 +64,38 @@ async fn a_repair_of_one_organization_while_it_is_read_and_written_leaves_no_err
     // arriving before, during and after the repair.
     let stop = Arc::new(AtomicBool::new(false));
     let pager = tokio::spawn(page_continuously(app.clone(), expected.studies.len() as u64, stop.clone()));
-    let flowing = more_studies(&org, 0, 40);
-    published += flowing.len() as u64;
-    let producer_topics = topics.clone();
+    let repairing = Arc::new(AtomicBool::new(true));
+    let (producer_topics, producer_org, still) = (topics.clone(), org.clone(), repairing.clone());
     let producer = tokio::spawn(async move {
         let producer = kafka::producer();
-        for chunk in flowing.chunks(3) {
-            kafka::publish(&producer, &producer_topics, chunk).await;
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut sent = 0;
+        // Until the repair is done, then a few more: events before, during (under the hold) and after.
+        let mut after = 5;
+        while after > 0 {
+            let study = more_studies(&producer_org, sent / 3, 1);
+            kafka::publish(&producer, &producer_topics, &study).await;
+            sent += study.len();
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            if !still.load(Ordering::Relaxed) {
+                after -= 1;
+            }
         }
+        sent as u64
     });
-    let report =
-        runner::repair(runner::config(&topics, &prefix, &group), RepairTarget::Organization(org.clone())).await;
-    producer.await.unwrap();
+    // Three times over: each hold meets live writes (a live write the swap overwrote would be lost).
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        let config = runner::config(&topics, &prefix, &group);
+        reports.push(runner::repair(config, RepairTarget::Organization(org.clone())).await);
+    }
+    let report = reports.remove(0);
+    repairing.store(false, Ordering::Relaxed);
+    published += producer.await.unwrap();
     live.wait_until_consumed(published, Duration::from_secs(60)).await;
     stop.store(true, Ordering::Relaxed);
     let pages = pager.await.expect("no client saw an error, a 503 or a shrunken list");
     assert!(pages > 0);
 
-    println!("{report:?}");
     assert_eq!(report.organization, org);
     assert!(report.events_kept > 0 && report.keys_swapped > 0, "{report:?}");
     let (_, fixed) = app.json(&format!("/v1/studies/{victim}"), SECRET).await;
