@@ -102,9 +102,33 @@ impl Shown {
             return;
         }
         *last = Instant::now();
-        let seconds = self.started.elapsed().as_secs_f64().max(1e-3);
-        let rate = read as f64 / seconds;
-        let left = if rate > 0.0 { total.saturating_sub(read) as f64 / rate } else { 0.0 };
-        eprintln!("read {read} of {total} events ({rate:.0}/s, about {left:.0}s left)");
+        eprintln!("{}", line(read, total, self.started.elapsed().as_secs_f64()));
+    }
+}
+
+/// A plain line of progress: read of total, the rate so far and the time left at that rate.
+fn line(read: u64, total: u64, seconds: f64) -> String {
+    let rate = read as f64 / seconds.max(1e-3);
+    let left = if rate > 0.0 { total.saturating_sub(read) as f64 / rate } else { 0.0 };
+    format!("read {read} of {total} events ({rate:.0}/s, about {left:.0}s left)")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plain_line_says_how_much_was_read_how_fast_and_how_long_is_left() {
+        assert_eq!(line(250_000, 1_000_000, 10.0), "read 250000 of 1000000 events (25000/s, about 30s left)");
+        assert_eq!(line(0, 10, 0.0), "read 0 of 10 events (0/s, about 0s left)");
+    }
+
+    #[test]
+    fn an_aggregate_is_named_by_its_topic_or_its_kind() {
+        let config = <crate::ops::Cli as clap::Parser>::parse_from(["projector", "--interview-topic", "iv"]).config;
+        assert_eq!(aggregate(&config, "iv:i-1").unwrap(), Target::Aggregate(Topic::Interview, "i-1".into()));
+        assert_eq!(aggregate(&config, "study:s:1").unwrap(), Target::Aggregate(Topic::Study, "s:1".into()));
+        assert!(aggregate(&config, "nowhere:x").is_err());
+        assert!(aggregate(&config, "study:").is_err());
     }
 }
