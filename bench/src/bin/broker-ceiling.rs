@@ -7,8 +7,8 @@ use anyhow::{bail, Result};
 use benchmarks::broker;
 use benchmarks::report::Line;
 use clap::Parser;
-use rdkafka::consumer::Consumer;
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 
 #[derive(Parser)]
 #[command(about = "Reads a benchmark run's topics to their end and discards them, as fast as it can.")]
@@ -19,12 +19,28 @@ struct Args {
     /// Name of the run whose topics to read.
     #[arg(long)]
     run: String,
+    /// A librdkafka property of the consumer, KEY=VALUE (repeatable); librdkafka's defaults otherwise.
+    #[arg(long = "property", value_name = "KEY=VALUE")]
+    properties: Vec<String>,
 }
 
 fn main() -> Result<()> {
     let args = Args::parse();
     let topics = broker::topic_names(&args.run);
-    let consumer = broker::plain_consumer(&args.brokers, &format!("{}-ceiling", args.run))?;
+    // What `broker::plain_consumer` sets, and the properties given.
+    let mut settings = ClientConfig::new();
+    settings
+        .set("bootstrap.servers", &args.brokers)
+        .set("group.id", format!("{}-ceiling", args.run))
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest");
+    for property in &args.properties {
+        let Some((key, value)) = property.split_once('=') else {
+            bail!("--property takes KEY=VALUE, not {property:?}")
+        };
+        settings.set(key, value);
+    }
+    let consumer: BaseConsumer = settings.create()?;
     let partitions = broker::watermarks(&consumer, &topics)?;
     let total: i64 = partitions.iter().map(|(_, _, low, high)| high - low).sum();
     let mut list = TopicPartitionList::new();
