@@ -33,8 +33,10 @@ impl Reader {
     /// A reader of `topics` (by their configured names), reading nothing yet.
     pub fn open(config: &Config, topics: &[Topic]) -> Result<Self, BrokerError> {
         let group = format!("{}-repair-{}", config.group_id, uuid::Uuid::new_v4().simple());
+        // Without `enable.partition.eof`: librdkafka would log each partition's end as an error. A
+        // partition whose last offsets deliver nothing is found done by its position when polls come back
+        // empty.
         let consumer: BaseConsumer = consumer::settings(config, &group)
-            .set("enable.partition.eof", "true")
             // The local broker does not answer a waiting fetch early when a partition it holds has data.
             .set("fetch.wait.max.ms", "10")
             .create()?;
@@ -95,7 +97,7 @@ impl Reader {
                 quiet = std::time::Instant::now();
                 let m = match message {
                     Ok(m) => m,
-                    // The end of what a partition holds now (the error names no topic).
+                    // The end of what a partition holds now, should a property ask for it (it names no topic).
                     Err(KafkaError::PartitionEOF(_)) => {
                         self.drop_done(&mut waiting)?;
                         continue;
