@@ -42,6 +42,7 @@ impl Pipeline {
                 offset: i as i64,
                 key: Some(m.key.as_bytes()),
                 value: Some(&m.value),
+                timestamp_ms: None,
             })
             .collect();
         let (_never, mut stopped) = tokio::sync::watch::channel(false);

@@ -209,6 +209,11 @@ pub async fn project(
     if let Some(latest) = events.iter().map(|e| e.envelope.occurred_at).max() {
         metrics.applied_event_at(latest.timestamp_micros() as f64 / 1e6);
     }
+    let now = crate::observe::now();
+    for (event, origin) in events.iter().zip(&origins) {
+        let occurred_at = event.envelope.occurred_at.timestamp_micros() as f64 / 1e6;
+        metrics.applied_event(now, occurred_at, records[*origin].timestamp_ms);
+    }
     for (topic, kind, outcome) in applied {
         count(&mut tally, topic, kind, outcome);
     }

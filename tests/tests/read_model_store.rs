@@ -78,25 +78,34 @@ async fn the_write_script_writes_nothing_when_an_epoch_the_projector_wrote_is_go
     let base = format!("{}:{{org}}", unique("lost"));
     let (state, epoch, hold) = (format!("{base}:study:s1"), format!("{base}:epoch"), format!("{base}:hold"));
     let script = redis::Script::new(include_str!("../../projector/src/store/write.lua"));
-    let write = |written: &'static str| {
+    let write = |written: &'static str, from: &'static str, as_of: &'static str| {
         let mut invocation = script.prepare_invoke();
-        invocation.key(&state).key(&state).key(&state).key(&state).key(&hold).key(&epoch).arg("0").arg("1");
-        for arg in ["{}", "s1", "none", "", "none", "", "keep", "", "WEBVTT\n", "token", written, ""] {
+        invocation.key(&state).key(&state).key(&state).key(&state).key(&hold).key(&epoch).arg(from).arg("1");
+        for arg in ["{}", "s1", "none", "", "none", "", "keep", "", "WEBVTT\n", "token", written, "", as_of] {
             invocation.arg(arg);
         }
         invocation
     };
     // Written before by this projector, and gone now (a flush between the projector's check and this
     // write): nothing is written, and the reply says so.
-    let reply: redis::Value = write("1").invoke_async(&mut conn).await.unwrap();
+    let reply: redis::Value = write("1", "0", "1700000000000000").invoke_async(&mut conn).await.unwrap();
     assert_eq!(reply, redis::Value::SimpleString("LOST".into()));
     let exists: bool = conn.exists(&state).await.unwrap();
     assert!(!exists, "nothing was written onto the loss");
     // An organization this projector never wrote: a first write.
-    let reply: redis::Value = write("0").invoke_async(&mut conn).await.unwrap();
+    let reply: redis::Value = write("0", "0", "1700000000000000").invoke_async(&mut conn).await.unwrap();
     assert_eq!(reply, redis::Value::SimpleString("APPLIED".into()));
     let written: Option<String> = conn.get(&epoch).await.unwrap();
-    assert_eq!(written.as_deref(), Some("token"), "the write set the epoch it will check next time");
+    assert_eq!(
+        written.as_deref(),
+        Some("token:1700000000000000"),
+        "the write set the epoch it will check next time, with the latest occurredAt applied"
+    );
+    // A write of events older than what the organization holds keeps the latest occurredAt.
+    let reply: redis::Value = write("1", "1", "1600000000000000").invoke_async(&mut conn).await.unwrap();
+    assert_eq!(reply, redis::Value::SimpleString("APPLIED".into()));
+    let written: Option<String> = conn.get(&epoch).await.unwrap();
+    assert_eq!(written.as_deref(), Some("token:1700000000000000"));
 }
 
 /// A connection to a Redis of the test's own, as the projector makes one.
@@ -161,6 +170,7 @@ async fn project(
             offset: i as i64,
             key: Some(m.key.as_bytes()),
             value: Some(&m.value),
+            timestamp_ms: None,
         })
         .collect();
     let metrics = projector::Metrics::new(shared::Topic::ALL.map(|t| t.default_name().to_string()));

@@ -92,6 +92,11 @@ pub struct EventLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SinceLabels {
+    pub since: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct PartitionLabels {
     pub topic: String,
     pub partition: i32,
@@ -109,6 +114,9 @@ pub struct Metrics {
     pub retries: Counter,
     batch_size: Histogram,
     apply_seconds: Histogram,
+    /// Event -> applied, by what the event's moment is: its `occurredAt`, or its Kafka message timestamp.
+    applied_after_occurred: Histogram,
+    applied_after_published: Histogram,
     pub lag_messages: Family<PartitionLabels, Gauge>,
     pub lag_seconds: Family<PartitionLabels, Gauge<f64, AtomicU64>>,
     /// Unix time of the last progress: a batch applied, or the end of every partition reached.
@@ -143,6 +151,19 @@ impl Metrics {
         registry.register("batch_size_messages", "Messages per batch", batch_size.clone());
         let apply_seconds = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
         registry.register("apply_seconds", "Time to apply a batch to Redis", apply_seconds.clone());
+        let since = Family::<SinceLabels, Histogram, fn() -> Histogram>::new_with_constructor(|| {
+            Histogram::new([
+                0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+            ])
+        });
+        registry.register(
+            "event_applied_seconds",
+            "Time from an event to its being applied in Redis, by `since`: `occurred_at` (the event's occurredAt) \
+             or `kafka_timestamp` (its message's timestamp: when it was published)",
+            since.clone(),
+        );
+        let applied_after_occurred = since.get_or_create(&SinceLabels { since: "occurred_at" }).clone();
+        let applied_after_published = since.get_or_create(&SinceLabels { since: "kafka_timestamp" }).clone();
         let lag_messages = Family::<PartitionLabels, Gauge>::default();
         registry.register("lag_messages", "Messages behind the end of each assigned partition", lag_messages.clone());
         let lag_seconds = Family::<PartitionLabels, Gauge<f64, AtomicU64>>::default();
@@ -187,6 +208,8 @@ impl Metrics {
             retries,
             batch_size,
             apply_seconds,
+            applied_after_occurred,
+            applied_after_published,
             lag_messages,
             lag_seconds,
             heartbeat,
@@ -222,6 +245,15 @@ impl Metrics {
         self.batch_size.observe(messages as f64);
         self.apply_seconds.observe(seconds);
         self.beat();
+    }
+
+    /// Records how long after its moments an event was applied, at Unix time `now`: its `occurredAt` and
+    /// its message's timestamp (in milliseconds), when it has one.
+    pub fn applied_event(&self, now: f64, occurred_at: f64, published_ms: Option<i64>) {
+        self.applied_after_occurred.observe((now - occurred_at).max(0.0));
+        if let Some(ms) = published_ms.filter(|ms| *ms > 0) {
+            self.applied_after_published.observe((now - ms as f64 / 1000.0).max(0.0));
+        }
     }
 
     /// Records that an event of this time was applied.

@@ -357,7 +357,15 @@ mod tests {
     use super::*;
 
     fn record<'a>(topic: Topic, key: &'a [u8], value: &'a [u8]) -> Record<'a> {
-        Record { topic, topic_name: topic.default_name(), partition: 0, offset: 0, key: Some(key), value: Some(value) }
+        Record {
+            topic,
+            topic_name: topic.default_name(),
+            partition: 0,
+            offset: 0,
+            key: Some(key),
+            value: Some(value),
+            timestamp_ms: None,
+        }
     }
 
     fn event(org: &str, id: &str, sequence: u64, title: &str) -> String {

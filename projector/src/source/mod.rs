@@ -67,6 +67,9 @@ pub struct Record<'a> {
     pub offset: i64,
     pub key: Option<&'a [u8]>,
     pub value: Option<&'a [u8]>,
+    /// The message's timestamp (the producer's create time, or the broker's append time), in milliseconds
+    /// since the Unix epoch, when it has one.
+    pub timestamp_ms: Option<i64>,
 }
 
 /// How long the list of partitions is trusted before it is read again (partitions may be added).

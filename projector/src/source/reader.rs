@@ -125,6 +125,7 @@ impl Reader {
                     offset: m.offset(),
                     key: m.key(),
                     value: m.payload(),
+                    timestamp_ms: m.timestamp().to_millis(),
                 });
                 if m.offset() + 1 >= end {
                     waiting.remove(&at);

@@ -315,6 +315,7 @@ impl Store {
                 folded: &folded,
                 epoch_written: self.epochs.contains(&epoch),
                 repair: None,
+                as_of_micros: p.events.iter().map(|e| e.envelope.occurred_at.timestamp_micros()).max().unwrap_or(0),
             };
             commands.push(self.write.invocation(&self.keys, &write));
             let sets_epoch = write.sets_epoch();

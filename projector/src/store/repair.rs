@@ -37,7 +37,8 @@ return 0
 /// Swaps the staged copies of an organization's keys in.
 const SWAP: &str = r"
 -- KEYS[1] the organization's hold, KEYS[2] its epoch, then pairs: a live key and its staged copy.
--- ARGV[1] the repair's token, ARGV[2] the organization's new epoch.
+-- ARGV[1] the repair's token, ARGV[2] the organization's new epoch's token (it keeps the latest occurredAt
+-- the live epoch had: `<token>:<microseconds>`).
 -- A staged copy replaces its live key (RENAME, then PERSIST: the copy had a TTL); a live key without a
 -- staged copy is no longer part of the organization's data and is deleted. Nothing happens unless the
 -- repair still holds the organization: the live path may have written meanwhile.
@@ -52,7 +53,9 @@ for i = 3, #KEYS, 2 do
     redis.call('DEL', KEYS[i])
   end
 end
-redis.call('SET', KEYS[2], ARGV[2])
+local before = redis.call('GET', KEYS[2])
+local as_of = before and string.match(before, ':(%d+)$')
+redis.call('SET', KEYS[2], ARGV[2] .. ':' .. (as_of or '0'))
 redis.call('DEL', KEYS[1])
 return swapped
 ";
@@ -250,6 +253,8 @@ impl Store {
             folded: &folded,
             epoch_written: false,
             repair: Some(token),
+            // What the organization is as of stays what its epoch says (the swap keeps it).
+            as_of_micros: 0,
         };
         let command = self.write.invocation(&self.keys, &write);
         let reply = self.query(&[command]).await?.pop().expect("one reply");

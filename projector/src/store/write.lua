@@ -31,6 +31,9 @@
 -- ARGV[14] the token of the repair writing, or '' for the live path: while a repair holds the aggregate
 -- (KEYS[5] holds another token), nothing is written and the reply is HELD (the live path waits: the repair
 -- is swapping in a state that includes every event published until it took the hold).
+-- ARGV[15] the latest occurredAt of the events written, in microseconds since the Unix epoch ('0': none).
+-- An organization's epoch is `<token>:<microseconds>`, the latest occurredAt applied to the organization
+-- so far (never going back): what the API says its answers are as of.
 local held = redis.call('GET', KEYS[5])
 if held and held ~= ARGV[14] then
   return redis.status_reply('HELD')
@@ -111,6 +114,12 @@ elseif ARGV[9] == 'delete' then
   redis.call('DEL', KEYS[4])
 end
 if not key_op and KEYS[6] then
-  redis.call('SET', KEYS[6], ARGV[12])
+  local as_of = ARGV[15]
+  local before = redis.call('GET', KEYS[6])
+  local was = before and string.match(before, ':(%d+)$')
+  if was and (as_of == nil or tonumber(was) > tonumber(as_of)) then
+    as_of = was
+  end
+  redis.call('SET', KEYS[6], ARGV[12] .. ':' .. (as_of or '0'))
 end
 return redis.status_reply(claim)

@@ -37,6 +37,9 @@ pub struct Write<'a> {
     /// The token of the repair writing this aggregate from scratch, None on the live path. A repair's
     /// write passes its own hold, and its transcript replaces the stored one instead of appending to it.
     pub repair: Option<&'a str>,
+    /// The latest `occurredAt` of the events written, in microseconds since the Unix epoch (0: none): an
+    /// organization's epoch carries the latest applied to it, which the API says its answers are as of.
+    pub as_of_micros: i64,
 }
 
 impl Write<'_> {
@@ -134,7 +137,8 @@ impl WriteScript {
             .arg(TRANSCRIPT_HEADER)
             .arg(uuid::Uuid::new_v4().simple().to_string())
             .arg(if w.epoch_written { "1" } else { "0" })
-            .arg(w.repair.unwrap_or(""));
+            .arg(w.repair.unwrap_or(""))
+            .arg(w.as_of_micros.max(0));
         invocation
     }
 
