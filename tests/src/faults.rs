@@ -244,13 +244,16 @@ impl Prober {
     }
 }
 
-/// Asserts that no answer given from `after` on was wrong, and that the API did say it was not ready
-/// meanwhile (the heal was seen, not missed).
-pub fn assert_no_wrong_answer_after(probes: &[Probe], after: Instant) {
+/// Asserts that no answer given from [`GRACE`] after the loss was `detected` on was wrong, and that the API
+/// did say it was not ready around then (the heal was seen, not missed: a heal may be over in less than
+/// the grace, so its 503s are looked for from the detection on, within the grace that polling it takes).
+pub fn assert_no_wrong_answer_after(probes: &[Probe], detected: Instant) {
+    let after = detected + GRACE;
     let later: Vec<&Probe> = probes.iter().filter(|p| p.at >= after).collect();
     let wrong: Vec<&&Probe> = later.iter().filter(|p| p.is_wrong()).collect();
     assert!(wrong.is_empty(), "{} wrong answers after the loss was detected, first: {:?}", wrong.len(), wrong[0]);
-    assert!(later.iter().any(|p| p.status == 503), "the API said 503 while the read model healed");
+    let healing = probes.iter().filter(|p| p.at + GRACE >= detected);
+    assert!(healing.into_iter().any(|p| p.status == 503), "the API said 503 while the read model healed");
     assert!(later.iter().any(|p| p.status == 200), "the API answered again once healed");
     let before = probes.iter().filter(|p| p.at < after && p.is_wrong()).count();
     println!("{} answers after the detection, none wrong; {before} wrong before it", later.len());

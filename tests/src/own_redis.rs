@@ -156,6 +156,18 @@ impl OwnCluster {
         assert!(created.status.success(), "{}", String::from_utf8_lossy(&created.stdout));
         let cluster = Self { nodes };
         cluster.wait_ok().await;
+        // A replica that never finished its first synchronization can never be promoted: a test that fails a
+        // primary over starts once every replica has (a diskless sync waits 5 s for more replicas first).
+        crate::eventually(std::time::Duration::from_secs(60), "every replica to be in sync", || async {
+            cluster
+                .nodes
+                .iter()
+                .map(|n| n.cli(&["info", "replication"]))
+                .filter(|info| info.contains("role:slave"))
+                .all(|info| info.contains("master_link_status:up"))
+                .then_some(())
+        })
+        .await;
         cluster
     }
 

@@ -6,9 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use end_to_end::faults::{
-    assert_no_wrong_answer_after, reference, Healing, Prober, Publisher, CONVERGENCE, DETECTION, GRACE,
-};
+use end_to_end::faults::{assert_no_wrong_answer_after, reference, Healing, Prober, Publisher, CONVERGENCE, DETECTION};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::own_redis::{OwnRedis, Persistence};
 use end_to_end::runner;
@@ -43,7 +41,7 @@ async fn after_a_flushall_the_read_model_is_projected_again_and_no_valid_key_is_
     assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
     let detected = world.wait_detected(DETECTION).await;
     world.wait_converged(&expected, CONVERGENCE).await;
-    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+    assert_no_wrong_answer_after(&prober.finish().await, detected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -58,7 +56,7 @@ async fn a_redis_restarted_from_an_older_snapshot_gets_the_events_it_lost_again(
     redis.restart();
     let detected = world.wait_detected(DETECTION).await;
     world.wait_converged(&expected, CONVERGENCE).await;
-    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+    assert_no_wrong_answer_after(&prober.finish().await, detected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -78,7 +76,7 @@ async fn a_redis_back_from_an_older_snapshot_refusing_writes_for_a_while_gives_n
     let detected = world.wait_detected(DETECTION).await;
     println!("counted {:?} after the restart", detected - restarted);
     world.wait_converged(&expected, CONVERGENCE).await;
-    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+    assert_no_wrong_answer_after(&prober.finish().await, detected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,7 +96,7 @@ async fn a_redis_rolled_back_while_no_projector_runs_is_marked_incomplete_at_the
         .await;
     assert!(world.losses() >= 1.0, "the start found the positions behind the group's commits");
     world.wait_converged(&expected, CONVERGENCE).await;
-    assert_no_wrong_answer_after(&prober.finish().await, started + GRACE);
+    assert_no_wrong_answer_after(&prober.finish().await, started);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -127,7 +125,7 @@ async fn a_redis_restored_from_before_a_rebuild_switch_is_put_forward_again_and_
     let detected = world.wait_detected(DETECTION).await;
     world.wait_converged(&expected, CONVERGENCE).await;
     assert_eq!(world.active_generation().await, Some(2), "generations only go forward");
-    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+    assert_no_wrong_answer_after(&prober.finish().await, detected);
 }
 
 /// The least-privileged user docs/security.md documents: every command but the `@dangerous` ones (no `INFO`,
@@ -153,7 +151,7 @@ async fn with_a_redis_user_that_may_not_run_info_the_read_model_is_complete_and_
     assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
     let detected = world.wait_detected(DETECTION).await;
     world.wait_converged(&expected, CONVERGENCE).await;
-    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+    assert_no_wrong_answer_after(&prober.finish().await, detected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -180,7 +178,7 @@ async fn redis_killed_during_a_heavy_replay_with_appendfsync_everysec_ends_compl
     let probes = prober.finish().await;
     let wrong: Vec<_> = probes.iter().filter(|p| p.is_wrong()).collect();
     assert!(wrong.is_empty(), "{} wrong answers, first {:?}", wrong.len(), wrong.first());
-    assert_no_wrong_answer_after(&probes, detected + GRACE);
+    assert_no_wrong_answer_after(&probes, detected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,7 +334,7 @@ async fn a_loss_while_a_rebuild_builds_is_read_again_and_the_switch_is_to_a_comp
     assert!(notices.iter().any(|n| n.contains("reading again")), "the rebuild read again: {notices:?}");
     world.wait_converged(&expected, CONVERGENCE).await;
     assert_eq!(world.active_generation().await, Some(2));
-    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+    assert_no_wrong_answer_after(&prober.finish().await, detected);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -376,8 +374,8 @@ async fn while_events_flow_a_flush_then_a_restart_from_an_older_snapshot_both_en
     assert!(published > 20, "events flowed throughout: {published}");
     let probes = prober.finish().await;
     let (first, second): (Vec<_>, Vec<_>) = probes.into_iter().partition(|p| p.at < killed);
-    assert_no_wrong_answer_after(&first, flushed + GRACE);
-    assert_no_wrong_answer_after(&second, rolled_back + GRACE);
+    assert_no_wrong_answer_after(&first, flushed);
+    assert_no_wrong_answer_after(&second, rolled_back);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -410,5 +408,5 @@ async fn a_redis_that_resynchronized_from_an_older_copy_and_was_promoted_again_i
     let detected = world.wait_detected(DETECTION).await;
     println!("detected {:?} after the data was replaced", detected - replaced);
     world.converge_after(publisher, &topics, scenario.messages.len()).await;
-    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+    assert_no_wrong_answer_after(&prober.finish().await, detected);
 }

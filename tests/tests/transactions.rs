@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use end_to_end::faults::{assert_no_wrong_answer_after, reference, Healing, Prober, CONVERGENCE, DETECTION, GRACE};
+use end_to_end::faults::{assert_no_wrong_answer_after, reference, Healing, Prober, CONVERGENCE, DETECTION};
 use end_to_end::kafka::{self, Topics, PARTITIONS};
 use end_to_end::markers::append_commit_marker;
 use end_to_end::own_redis::{OwnRedis, Persistence};
@@ -41,7 +41,7 @@ async fn partitions_ending_in_transaction_markers_become_ready_heal_a_flush_and_
     assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
     let detected = world.wait_detected(DETECTION).await;
     world.wait_converged(&expected, CONVERGENCE).await;
-    assert_no_wrong_answer_after(&prober.finish().await, detected + GRACE);
+    assert_no_wrong_answer_after(&prober.finish().await, detected);
 
     // A rebuild hands over once it reached what the live projector committed: past the markers too.
     let switched = tokio::time::timeout(CONVERGENCE, runner::rebuild(world.config().clone())).await;
