@@ -92,11 +92,22 @@ pub async fn run(
     // Dropped when this function returns, however it returns: the tasks stop with the server.
     let mut tasks = Tasks::default();
     let follow = state.clone().follow(config.generation_refresh());
+    let mut connected_first = first_attempt.clone();
     tasks.spawn(async move {
         if first_attempt.wait_for(|attempted| *attempted).await.is_ok() {
             follow.await
         }
     });
+    // The connections Redis pushes changes on, once the first connection was made (a Redis that refuses
+    // this instance stops it with one line, not this task's too).
+    if state.tracker.keeps_anything() {
+        let maintain = state.tracker.clone().maintain();
+        tasks.spawn(async move {
+            if connected_first.wait_for(|attempted| *attempted).await.is_ok() {
+                maintain.await
+            }
+        });
+    }
     tasks.spawn(state.clone().prune_rate_limit(std::time::Duration::from_secs(10)));
     tracing::info!(addr = %listener.local_addr()?, prefix = %config.key_prefix, "query API listening");
     if let Some(admin) = admin {

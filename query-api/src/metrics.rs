@@ -40,7 +40,8 @@ pub struct Metrics {
     pub auth_failures: Counter,
     pub presign_failures: Counter,
     pub video_links_refused: Counter,
-    /// API keys found in memory (`crate::auth::key_cache`), and looked up in Redis.
+    /// API keys found in memory (kept, Redis pushing their changes: `crate::read::push`), and looked up in
+    /// Redis.
     pub key_lookups_memory: Counter,
     pub key_lookups_redis: Counter,
     /// Data reads answered from memory (`crate::read::cache`), and from Redis, while reads are kept.
@@ -49,6 +50,11 @@ pub struct Metrics {
     /// The bytes the caches hold, as they count them: `reads` and `keys`.
     pub kept_reads_bytes: Gauge,
     pub kept_keys_bytes: Gauge,
+    /// Keys whose change Redis pushed (each drops what was kept of it).
+    pub invalidations: Counter,
+    /// Connections Redis pushes changes on that are up, and those lost (each drops what it vouched for).
+    pub tracking_connections: Gauge,
+    pub tracking_lost: Counter,
 }
 
 impl Default for Metrics {
@@ -71,7 +77,7 @@ impl Default for Metrics {
         let (key_lookups_memory, key_lookups_redis) = by_source(
             &mut registry,
             "key_lookups",
-            "API keys looked up, by where: `memory` (kept, vouched for by the key index's epoch) or `redis`",
+            "API keys looked up, by where: `memory` (kept, Redis pushing their changes) or `redis`",
         );
         let (reads_memory, reads_redis) = by_source(
             &mut registry,
@@ -86,6 +92,24 @@ impl Default for Metrics {
         );
         let kept_reads_bytes = kept.get_or_create(&CacheLabels { cache: "reads" }).clone();
         let kept_keys_bytes = kept.get_or_create(&CacheLabels { cache: "keys" }).clone();
+        let invalidations = Counter::default();
+        registry.register(
+            "invalidations",
+            "Keys kept in memory (API keys' entries, organizations' epochs) whose change Redis pushed",
+            invalidations.clone(),
+        );
+        let tracking_connections = Gauge::default();
+        registry.register(
+            "tracking_connections",
+            "Connections up on which Redis pushes the changes of what is kept (one per primary)",
+            tracking_connections.clone(),
+        );
+        let tracking_lost = Counter::default();
+        registry.register(
+            "tracking_connections_lost",
+            "Connections Redis pushed changes on that were lost or stopped serving their slots",
+            tracking_lost.clone(),
+        );
         Self {
             registry,
             requests,
@@ -99,6 +123,9 @@ impl Default for Metrics {
             reads_redis,
             kept_reads_bytes,
             kept_keys_bytes,
+            invalidations,
+            tracking_connections,
+            tracking_lost,
         }
     }
 }

@@ -3,18 +3,17 @@
 //! [`AppState`] holds the parts of the API, each owning what it needs: the read model, the generation
 //! served, authentication, the data reads, video links, how fresh the read model is, and the metrics.
 //! [`AppState::refresh`], run every `GENERATION_REFRESH_MS` in the background (and by a request while the
-//! read model is not known to be complete), reads the active generation, then the projectors' reports,
-//! then the epochs that vouch for what is kept in memory, in that order: so that a response never says it
-//! is as fresh as an event whose change a kept read could still be missing.
+//! read model is not known to be complete), reads the active generation, whether it is complete, and the
+//! projectors' reports. What is kept in memory needs no refresh: Redis pushes its changes
+//! ([`crate::read::push`]); another generation, or one not known complete, drops it all.
 
 use std::ops::Deref;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use shared::redis_tls::Tls;
 use shared::Keyspace;
 
-use crate::auth::key_cache::{KeyCache, KeyIndexEpoch};
 use crate::auth::rate_limit::{RateLimit, UnknownKeys};
 use crate::auth::{Auth, Organization};
 use crate::config::Config;
@@ -25,7 +24,12 @@ use crate::read::cache::ReadCache;
 use crate::read::freshness::{Freshness, Latest};
 use crate::read::generation::{Found, Generation};
 use crate::read::model::ReadModel;
+use crate::read::push::{Capacity, Tracker};
 use crate::read::Reads;
+
+/// The share of `READ_CACHE_MB` that bounds how many organizations' epochs are kept: one per that many
+/// bytes (about 32,000 in the default 64 MiB).
+const ORG_SHARE: usize = 2048;
 
 #[derive(Clone)]
 pub struct AppState(Arc<Parts>);
@@ -36,6 +40,8 @@ pub struct Parts {
     pub auth: Auth,
     pub reads: Reads,
     pub links: Option<Arc<Presigner>>,
+    /// The keys and organizations' epochs kept in memory, Redis pushing their changes.
+    pub tracker: Tracker,
     /// How fresh the served generation is, as its projectors last reported.
     pub freshness: Latest,
     pub metrics: Arc<Metrics>,
@@ -51,23 +57,35 @@ impl Deref for AppState {
 
 impl AppState {
     pub fn new(config: &Config, tls: Tls, links: Option<Presigner>) -> Result<Self, redis::RedisError> {
-        let model = ReadModel::new(config.redis_target(), tls, config.redis_timeout())?;
+        let model = ReadModel::new(config.redis_target(), tls.clone(), config.redis_timeout())?;
         let metrics = Arc::new(Metrics::default());
+        let budget = config.read_cache_mb as usize * 1024 * 1024;
+        let capacity = Capacity { keys: config.api_key_cache_size, orgs: budget / ORG_SHARE };
+        let tracker = Tracker::new(
+            config.redis_target(),
+            tls,
+            config.redis_timeout(),
+            &config.key_prefix,
+            capacity,
+            metrics.clone(),
+        );
         let auth = Auth::new(
             model.clone(),
-            KeyCache::new(config.api_key_cache_size),
+            (config.api_key_cache_size > 0).then(|| tracker.clone()),
             RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst),
             UnknownKeys::new(config.unknown_keys_per_second),
             metrics.clone(),
         );
-        let read_cache = ReadCache::new(config.read_cache_mb as usize * 1024 * 1024);
-        let reads = Reads::new(model.clone(), read_cache, config.max_page_mb * 1024 * 1024, metrics.clone());
+        let read_cache = ReadCache::new(budget);
+        let max_page = config.max_page_mb * 1024 * 1024;
+        let reads = Reads::new(model.clone(), read_cache, tracker.clone(), max_page, metrics.clone());
         Ok(Self(Arc::new(Parts {
             model,
             generation: Generation::new(&config.key_prefix),
             auth,
             reads,
             links: links.map(Arc::new),
+            tracker,
             freshness: Latest::default(),
             metrics,
         })))
@@ -91,8 +109,7 @@ impl AppState {
         self.generation.serves_organization(&org.keys, &org.id).map_err(ApiError::NotReady)
     }
 
-    /// Re-reads the active generation, whether it is complete, how fresh it is, and the epochs of what is
-    /// kept in memory.
+    /// Re-reads the active generation, whether it is complete, and how fresh it is.
     pub async fn refresh(&self) {
         let (keys, complete) = match self.generation.read(&self.model).await {
             Found::Nothing => return,
@@ -100,10 +117,14 @@ impl AppState {
             Found::Active { keys, complete } => (keys, complete),
         };
         let reports = self.model.projectors(self.generation.prefix()).await;
-        if complete {
-            self.refresh_kept(&keys).await;
-        } else {
+        if !complete {
             self.forget_kept();
+        }
+        if self.tracker.keeps_anything() {
+            // A change to either is pushed, and wakes the next refresh at once.
+            let active = Keyspace::active_generation(self.generation.prefix());
+            self.tracker.watch(&active, redis::cmd("GET").arg(&active).to_owned());
+            self.tracker.watch(&keys.healing(), redis::cmd("HVALS").arg(keys.healing()).to_owned());
         }
         match reports {
             Ok(reports) => {
@@ -112,50 +133,34 @@ impl AppState {
             }
             Err(e) => tracing::warn!(error = %e, "could not read the projectors' reports"),
         }
-        self.generation.serve(keys.generation());
-    }
-
-    /// Reads the epochs of what is kept in memory (keys, and reads of organizations): what changed is
-    /// dropped, the rest is vouched for as of the moment the read started.
-    async fn refresh_kept(&self, keys: &Keyspace) {
-        let generation = keys.generation();
-        if let Some(cache) = self.auth.key_cache() {
-            let started = Instant::now();
-            match self.model.api_key_epoch(keys).await {
-                Ok(token) => cache.refreshed(KeyIndexEpoch { generation, token }, started),
-                Err(e) => tracing::warn!(error = %e, "could not read the key index's epoch"),
-            }
-            self.metrics.kept_keys_bytes.set(cache.bytes() as i64);
+        if self.generation.serving() != Ok(keys.generation()) {
+            // Another generation: nothing kept of the one served before may answer.
+            self.forget_kept();
         }
+        self.generation.serve(keys.generation());
         if let Some(cache) = self.reads.cache() {
-            let orgs = cache.organizations(generation);
-            if !orgs.is_empty() {
-                let started = Instant::now();
-                match self.model.org_epochs(keys, &orgs).await {
-                    Ok(epochs) => cache.refreshed(generation, orgs.into_iter().zip(epochs).collect(), started),
-                    Err(e) => tracing::warn!(error = %e, "could not read the organizations' epochs"),
-                }
-            }
             self.metrics.kept_reads_bytes.set(cache.bytes() as i64);
         }
     }
 
     /// Drops every key and read kept in memory.
     fn forget_kept(&self) {
-        if let Some(cache) = self.auth.key_cache() {
-            cache.forget();
-        }
+        self.tracker.forget();
         if let Some(cache) = self.reads.cache() {
             cache.forget();
         }
     }
 
-    /// Refreshes every `every`, for ever.
+    /// Refreshes every `every`, and at once when Redis pushes a change of the active generation or of the
+    /// healing entries (or a connection that pushed changes is lost), for ever.
     pub async fn follow(self, every: Duration) {
         let mut ticker = tokio::time::interval(every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            ticker.tick().await;
+            tokio::select! {
+                _ = ticker.tick() => {}
+                () = self.tracker.changed() => {}
+            }
             self.refresh().await;
         }
     }

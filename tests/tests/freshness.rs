@@ -1,28 +1,32 @@
-//! Every data response says how fresh the read model is, and `/readyz` says the same: the `occurredAt` of
-//! the latest event applied and whether the projectors are caught up.
+//! Every data response says how fresh its own organization is (the `occurredAt` of the latest event applied
+//! to it) and whether the projectors are caught up; `/readyz` says the same of the whole read model.
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use end_to_end::api::World;
 use end_to_end::eventually;
-use end_to_end::fixture::{self, ACME_KEY};
+use end_to_end::fixture::{self, ACME, ACME_KEY, GLOBEX, GLOBEX_KEY};
 use serde_json::json;
 
-/// The latest `occurredAt` among `messages`.
-fn latest(messages: &[end_to_end::events::Outgoing]) -> DateTime<Utc> {
+/// The latest `occurredAt` among `messages` (of `org`'s studies and interviews only, when given: its API
+/// keys' events change no data of it).
+fn latest(messages: &[end_to_end::events::Outgoing], org: Option<&str>) -> DateTime<Utc> {
     messages
         .iter()
         .filter_map(|m| serde_json::from_slice::<serde_json::Value>(&m.value).ok())
+        .filter(|v| {
+            org.is_none_or(|org| v["organizationId"] == org && !v["type"].as_str().unwrap().starts_with("api_key"))
+        })
         .filter_map(|v| v["occurredAt"].as_str()?.parse::<DateTime<Utc>>().ok())
         .max()
         .expect("events with occurredAt")
 }
 
-/// The freshness headers of a data response, once they say the projector caught up with `at`.
-async fn caught_up_with(world: &World, at: DateTime<Utc>) -> String {
+/// The freshness headers of a data response with `key`, once they say the projector caught up with `at`.
+async fn caught_up_with(world: &World, key: &str, at: DateTime<Utc>) -> String {
     eventually(Duration::from_secs(10), "the freshness headers to catch up", || async {
-        let response = world.app.get("/v1/studies", Some(ACME_KEY)).await;
+        let response = world.app.get("/v1/studies", Some(key)).await;
         assert_eq!(response.status(), 200);
         let header = |name: &str| response.headers().get(name).map(|v| v.to_str().unwrap().to_string());
         let as_of = header("x-read-model-as-of")?;
@@ -33,22 +37,36 @@ async fn caught_up_with(world: &World, at: DateTime<Utc>) -> String {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn data_responses_and_readiness_say_the_latest_event_applied_and_that_it_is_caught_up() {
+async fn data_responses_say_their_organizations_latest_event_and_readiness_the_read_models() {
     let messages = fixture::dataset();
     let mut world = World::start(&messages).await;
-    let as_of = caught_up_with(&world, latest(&messages)).await;
+    let (acme, globex) = (latest(&messages, Some(ACME)), latest(&messages, Some(GLOBEX)));
+    assert_ne!(acme, globex, "the fixture's organizations have different latest events");
+    let acme_as_of = caught_up_with(&world, ACME_KEY, acme).await;
+    let globex_as_of = caught_up_with(&world, GLOBEX_KEY, globex).await;
+    // The same on every data route, from memory or not.
+    for path in ["/v1/studies/s_b", "/v1/studies/s_b/interviews", "/v1/interviews/i1", "/v1/studies"] {
+        let response = world.app.get(path, Some(ACME_KEY)).await;
+        assert_eq!(response.status(), 200, "{path}");
+        assert_eq!(response.headers()["x-read-model-as-of"], acme_as_of.as_str(), "{path}");
+    }
 
-    let ready: serde_json::Value = world.app.admin_get("/readyz").await.json().await.unwrap();
-    assert_eq!(ready["latestEvent"], json!(as_of), "{ready}");
-    assert_eq!(ready["caughtUp"], json!(true), "{ready}");
+    // Readiness says the read model's latest event, whichever organization it was of.
+    let whole = latest(&messages, None);
+    eventually(Duration::from_secs(10), "readiness to say the latest event of the read model", || async {
+        let ready: serde_json::Value = world.app.admin_get("/readyz").await.json().await.unwrap();
+        let at = ready["latestEvent"].as_str()?.parse::<DateTime<Utc>>().ok()?;
+        (at == whole && ready["caughtUp"] == json!(true)).then_some(())
+    })
+    .await;
     // Not on what is not data.
     let definition = world.app.get("/v1/openapi.json", None).await;
     assert!(definition.headers().get("x-read-model-as-of").is_none());
 
-    // A later event moves it forward.
+    // A later event of one organization moves its own freshness forward, and no other's.
     let later = [end_to_end::events::event(
         shared::Topic::Study,
-        fixture::ACME,
+        ACME,
         "s_later",
         1,
         "study.created",
@@ -56,6 +74,20 @@ async fn data_responses_and_readiness_say_the_latest_event_applied_and_that_it_i
         json!({"internalTitle": "Later"}),
     )];
     world.publish(&later).await;
-    let moved = caught_up_with(&world, latest(&later)).await;
-    assert!(moved > as_of, "{moved} after {as_of}");
+    let moved = caught_up_with(&world, ACME_KEY, latest(&later, None)).await;
+    assert!(moved > acme_as_of, "{moved} after {acme_as_of}");
+    assert_eq!(caught_up_with(&world, GLOBEX_KEY, globex).await, globex_as_of);
+    // An event older than what the organization holds (another aggregate's, arriving late) moves nothing
+    // back.
+    let older = [end_to_end::events::event(
+        shared::Topic::Study,
+        ACME,
+        "s_older",
+        1,
+        "study.created",
+        "2020-01-01T00:00:00Z",
+        json!({"internalTitle": "Older"}),
+    )];
+    world.publish(&older).await;
+    assert_eq!(caught_up_with(&world, ACME_KEY, latest(&later, None)).await, moved);
 }

@@ -20,6 +20,7 @@ mod memory;
 mod operability;
 mod probes;
 mod projection;
+mod pushed;
 mod read_cache;
 mod read_model_store;
 mod rebuild;

@@ -18,6 +18,7 @@ use crate::auth::rate_limit::Report;
 use crate::auth::{AuthError, Organization};
 use crate::error::ApiError;
 use crate::links::{Links, NoLink, Presigner};
+use crate::read::freshness;
 use crate::read::model::InterviewRead;
 use crate::state::AppState;
 
@@ -84,6 +85,7 @@ pub async fn list_studies(
     // A page of studies is all in memory: it has no transcript.
     let mut response = etag::tagged(body.into_bytes());
     linked(&mut response, &page, &uri, found.total);
+    freshness::as_of(&mut response, found.epoch.as_deref());
     Ok(response)
 }
 
@@ -113,7 +115,7 @@ pub async fn get_study(
 ) -> Result<Response, ApiError> {
     let Ok(Path(id)) = id else { return Err(ApiError::NotFound("study")) };
     let stored = state.reads.study(&org.keys, &org.id, &id).await?;
-    let doc = stored.as_deref().ok_or(ApiError::NotFound("study"))?;
+    let doc = stored.found.as_deref().ok_or(ApiError::NotFound("study"))?;
     let doc: StudyDocument = serde_json::from_str(doc).map_err(internal)?;
     let study = Study {
         id: doc.id,
@@ -121,7 +123,9 @@ pub async fn get_study(
         created_at: doc.created_at,
         updated_at: doc.updated_at,
     };
-    Ok(etag::tagged(serde_json::to_vec(&study).map_err(internal)?))
+    let mut response = etag::tagged(serde_json::to_vec(&study).map_err(internal)?);
+    freshness::as_of(&mut response, stored.epoch.as_deref());
+    Ok(response)
 }
 
 /// Completed, visible interviews of a completed study, by creation time, newest first.
@@ -150,8 +154,8 @@ pub async fn list_interviews(
 ) -> Result<Response, ApiError> {
     let Ok(Path(study_id)) = study_id else { return Err(ApiError::NotFound("study")) };
     let page = Pagination::parse(query.as_deref())?;
-    let found = state.reads.interviews(&org.keys, &org.id, &study_id, page.span()).await?;
-    let found = found.as_ref().as_ref().ok_or(ApiError::NotFound("study"))?;
+    let read = state.reads.interviews(&org.keys, &org.id, &study_id, page.span()).await?;
+    let found = read.found.as_ref().as_ref().ok_or(ApiError::NotFound("study"))?;
     let mut body = JsonBody::with_capacity(64 + found.items.iter().map(served_size).sum::<usize>());
     let mut links = state.links.as_deref().map(Presigner::links);
     body.open_page();
@@ -162,6 +166,7 @@ pub async fn list_interviews(
     body.close_page(&PageInfo { total: found.total, page: page.page, page_size: page.page_size });
     let mut response = json(&state, body);
     linked(&mut response, &page, &uri, found.total);
+    freshness::as_of(&mut response, read.epoch.as_deref());
     Ok(response)
 }
 
@@ -185,12 +190,14 @@ pub async fn get_interview(
     id: Result<Path<String>, PathRejection>,
 ) -> Result<Response, ApiError> {
     let Ok(Path(id)) = id else { return Err(ApiError::NotFound("interview")) };
-    let found = state.reads.interview(&org.keys, &org.id, &id).await?;
-    let stored = found.as_ref().as_ref().ok_or(ApiError::NotFound("interview"))?;
+    let read = state.reads.interview(&org.keys, &org.id, &id).await?;
+    let stored = read.found.as_ref().as_ref().ok_or(ApiError::NotFound("interview"))?;
     let mut body = JsonBody::with_capacity(served_size(stored));
     let mut links = state.links.as_deref().map(Presigner::links);
     interview(&state, &mut body, stored, &mut links).await?;
-    Ok(json(&state, body))
+    let mut response = json(&state, body);
+    freshness::as_of(&mut response, read.epoch.as_deref());
+    Ok(response)
 }
 
 /// Writes one served interview: the stored document, its transcript, and a fresh video link signed by

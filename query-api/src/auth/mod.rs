@@ -1,9 +1,9 @@
 //! API-key authentication (api.md section 5): the request's credential ([`credential`]), looked up by its
-//! SHA-256 among the keys kept in memory ([`key_cache`]) or else in Redis, then the throttles
-//! ([`rate_limit`]). The SHA-256 and its organization may be kept in memory; the key never is.
+//! SHA-256 among the keys kept in memory (Redis pushing their changes: `crate::read::push`) or else in
+//! Redis, then the throttles ([`rate_limit`]). The SHA-256 and its organization may be kept in memory;
+//! the key never is.
 
 pub mod credential;
-pub mod key_cache;
 pub mod rate_limit;
 
 use std::sync::Arc;
@@ -13,8 +13,8 @@ use sha2::{Digest, Sha256};
 use shared::Keyspace;
 
 use crate::metrics::Metrics;
-use crate::read::model::ReadModel;
-use key_cache::{Kept, KeyCache, KeyIndexEpoch};
+use crate::read::model::{self, ReadModel};
+use crate::read::push::{Kind, Tracker};
 use rate_limit::{RateLimit, Refused, Standing, UnknownKeys};
 
 /// The organization the request's API key belongs to, and the read-model generation the request reads.
@@ -43,7 +43,8 @@ pub enum AuthError {
 
 pub struct Auth {
     model: ReadModel,
-    kept: Option<KeyCache>,
+    /// Keys kept in memory, unless that is off (`API_KEY_CACHE_SIZE=0`).
+    kept: Option<Tracker>,
     per_key: Option<RateLimit>,
     unknown: Option<UnknownKeys>,
     metrics: Arc<Metrics>,
@@ -52,17 +53,12 @@ pub struct Auth {
 impl Auth {
     pub fn new(
         model: ReadModel,
-        kept: Option<KeyCache>,
+        kept: Option<Tracker>,
         per_key: Option<RateLimit>,
         unknown: Option<UnknownKeys>,
         metrics: Arc<Metrics>,
     ) -> Self {
         Self { model, kept, per_key, unknown, metrics }
-    }
-
-    /// The API keys kept in memory, unless that is off.
-    pub fn key_cache(&self) -> Option<&KeyCache> {
-        self.kept.as_ref()
     }
 
     /// The per-key rate limit, when one is configured.
@@ -73,34 +69,34 @@ impl Auth {
     /// The organization of an API key (a request's [`credential`]) in the generation `keys` is of.
     pub async fn organization(&self, key: &str, keys: Keyspace) -> Result<Organization, AuthError> {
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
-        let now = Instant::now();
-        let id = match self.kept.as_ref().and_then(|kept| kept.get(&digest, keys.generation(), now)) {
-            Some(kept) => {
+        let sha256 = hex::encode(digest);
+        let entry = keys.api_key_sha(&sha256);
+        let id = match self.kept.as_ref().and_then(|kept| kept.known(&entry)) {
+            Some(Some(id)) => {
                 self.metrics.key_lookups_memory.inc();
-                match kept {
-                    Kept::Organization(id) => id,
-                    Kept::Unknown => return Err(AuthError::Unauthorized),
-                }
+                id.to_string()
+            }
+            Some(None) => {
+                self.metrics.key_lookups_memory.inc();
+                return Err(AuthError::Unauthorized);
             }
             None => {
+                let now = Instant::now();
                 if let Some(unknown) = &self.unknown {
                     unknown.admits(now).map_err(AuthError::Throttled)?;
                 }
                 self.metrics.key_lookups_redis.inc();
-                let (org, token) = self.model.organization_of(&keys, &hex::encode(digest)).await?;
-                let epoch = KeyIndexEpoch { generation: keys.generation(), token };
+                let org = self.model.organization_of(&keys, &sha256).await?;
+                // Kept from a read of its own, on the connection Redis pushes the key's changes on.
+                if let Some(kept) = &self.kept {
+                    kept.follow(&entry, model::organization_of(&keys, &sha256), Kind::Key);
+                }
                 let Some(id) = org else {
                     if let Some(unknown) = &self.unknown {
                         unknown.unknown(now);
                     }
-                    if let Some(kept) = &self.kept {
-                        kept.insert_unknown(digest, &epoch);
-                    }
                     return Err(AuthError::Unauthorized);
                 };
-                if let Some(kept) = &self.kept {
-                    kept.insert(digest, &id, &epoch);
-                }
                 id
             }
         };

@@ -12,6 +12,28 @@ pub const AS_OF: &str = "x-read-model-as-of";
 /// The header saying whether the projectors are caught up (`true`) or behind (`false`).
 pub const CAUGHT_UP: &str = "x-read-model-caught-up";
 
+/// How fresh one answer's organization is: the latest `occurredAt` applied to it, which its epoch carries
+/// (`<token>:<microseconds since the Unix epoch>`, written by the projector with every change to it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OrgAsOf(pub String);
+
+impl OrgAsOf {
+    /// From an organization's epoch; `None` when it carries no time (a read model written before epochs
+    /// did, or an organization with no event applied).
+    pub fn of(epoch: &str) -> Option<Self> {
+        let micros: i64 = epoch.rsplit_once(':')?.1.parse().ok()?;
+        shared::time::format_unix(micros as f64 / 1e6).map(Self)
+    }
+}
+
+/// Marks a response with how fresh its organization is, for the freshness headers
+/// ([`crate::edge::freshness`]); without an epoch (or a time in it), the read model's freshness is said.
+pub fn as_of(response: &mut axum::response::Response, epoch: Option<&str>) {
+    if let Some(as_of) = epoch.and_then(OrgAsOf::of) {
+        response.extensions_mut().insert(as_of);
+    }
+}
+
 /// What the live projectors of the served generation say, taken together.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Freshness {
@@ -69,6 +91,15 @@ mod tests {
         reports.insert("c".into(), report(2, 100.0, 40.0, false));
         let behind = Freshness::of(&reports, 2, 101.0);
         assert_eq!(behind, Freshness { as_of: shared::time::format_unix(40.0), caught_up: false });
+    }
+
+    #[test]
+    fn an_organizations_epoch_says_when_its_latest_event_occurred() {
+        let at = OrgAsOf::of("9f86d081884c7d659a2feaa0c55ad015:1771423204411000").unwrap();
+        assert_eq!(at, OrgAsOf("2026-02-18T14:00:04.411Z".into()));
+        for without in ["9f86d081884c7d659a2feaa0c55ad015", "abc:0", "abc:", "abc:x1"] {
+            assert_eq!(OrgAsOf::of(without), None, "{without}");
+        }
     }
 
     #[test]

@@ -1,26 +1,28 @@
 //! The read path: the read model in Redis ([`model`]), reads kept in memory ([`cache`]) and what vouches
-//! for them ([`trust`]), the generation being served ([`generation`]) and how fresh it is ([`freshness`]).
+//! for them, the epochs and keys Redis pushes changes of ([`push`]), the generation being served
+//! ([`generation`]) and how fresh it is ([`freshness`]).
 //!
-//! A data route reads through [`Reads`]: a read kept in memory when there is one to trust, else one read
-//! of Redis, which is then kept.
+//! A data route reads through [`Reads`]: a read kept in memory when its organization's epoch is the one
+//! Redis last pushed, else one read of Redis, which is then kept.
 
 pub mod cache;
 pub mod freshness;
 pub mod generation;
 pub mod model;
+pub mod push;
 pub mod scripts;
 pub mod transcript;
-pub mod trust;
 
 use std::future::Future;
+use std::ops::Deref;
 use std::sync::Arc;
-use std::time::Instant;
 
 use shared::Keyspace;
 
 use crate::metrics::Metrics;
 use cache::{ReadCache, ReadKey, Stored};
 use model::{InterviewRead, OrgEpoch, Page, ReadModel};
+use push::{Kind, Tracker};
 use redis::RedisResult;
 
 /// The longest id a read asks Redis for: a longer one is no id the projector wrote, so it is answered as
@@ -34,10 +36,27 @@ pub struct Span {
     pub stop: u64,
 }
 
+/// What a read found, and the organization's epoch it was found at (which says how fresh it is:
+/// [`freshness::org_as_of`]).
+#[derive(Debug)]
+pub struct Read<T> {
+    pub found: Arc<T>,
+    pub epoch: Option<Arc<str>>,
+}
+
+impl<T> Deref for Read<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.found
+    }
+}
+
 /// The data reads of the routes.
 pub struct Reads {
     model: ReadModel,
     cache: Option<ReadCache>,
+    tracker: Tracker,
     /// The most bytes a read of interviews holds (documents and whole transcripts); longer transcripts
     /// are sent a chunk at a time ([`transcript`]).
     budget: u64,
@@ -45,8 +64,14 @@ pub struct Reads {
 }
 
 impl Reads {
-    pub fn new(model: ReadModel, cache: Option<ReadCache>, budget: u64, metrics: Arc<Metrics>) -> Self {
-        Self { model, cache, budget, metrics }
+    pub fn new(
+        model: ReadModel,
+        cache: Option<ReadCache>,
+        tracker: Tracker,
+        budget: u64,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self { model, cache, tracker, budget, metrics }
     }
 
     /// The read model, for what is read while a response is sent (long transcripts).
@@ -60,7 +85,7 @@ impl Reads {
     }
 
     /// A page of the organization's completed studies.
-    pub async fn studies(&self, keys: &Keyspace, org: &str, span: Span) -> RedisResult<Arc<Page<String>>> {
+    pub async fn studies(&self, keys: &Keyspace, org: &str, span: Span) -> RedisResult<Read<Page<String>>> {
         let key = ReadKey::Studies { start: span.start, stop: span.stop };
         let read = || self.model.studies(keys, org, span);
         let unwrap = |kept| if let Stored::Studies(kept) = kept { Some(kept) } else { None };
@@ -68,9 +93,9 @@ impl Reads {
     }
 
     /// One completed study's document, if there is one.
-    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Arc<Option<String>>> {
+    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Read<Option<String>>> {
         if id.len() > MAX_ID_BYTES {
-            return Ok(Arc::new(None));
+            return Ok(Read { found: Arc::new(None), epoch: None });
         }
         let read = || self.model.study(keys, org, id);
         let unwrap = |kept| if let Stored::Study(kept) = kept { Some(kept) } else { None };
@@ -84,9 +109,9 @@ impl Reads {
         org: &str,
         study_id: &str,
         span: Span,
-    ) -> RedisResult<Arc<Option<Page<InterviewRead>>>> {
+    ) -> RedisResult<Read<Option<Page<InterviewRead>>>> {
         if study_id.len() > MAX_ID_BYTES {
-            return Ok(Arc::new(None));
+            return Ok(Read { found: Arc::new(None), epoch: None });
         }
         let key = ReadKey::Interviews { study: study_id.into(), start: span.start, stop: span.stop };
         let read = || async {
@@ -99,17 +124,18 @@ impl Reads {
     }
 
     /// One interview's document and transcript, if it is served.
-    pub async fn interview(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Arc<Option<InterviewRead>>> {
+    pub async fn interview(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Read<Option<InterviewRead>>> {
         if id.len() > MAX_ID_BYTES {
-            return Ok(Arc::new(None));
+            return Ok(Read { found: Arc::new(None), epoch: None });
         }
         let read = || self.model.interview(keys, org, id, self.budget);
         let unwrap = |kept| if let Stored::Interview(kept) = kept { Some(kept) } else { None };
         self.through(keys, org, ReadKey::Interview(id.into()), Stored::Interview, unwrap, read).await
     }
 
-    /// The read kept for `key` when one may be trusted now; else `read` from Redis, kept with the epoch it
-    /// came with. Counted either way while reads are kept.
+    /// The read kept for `key` when its organization's epoch is the one Redis last pushed; else `read`
+    /// from Redis, kept with the epoch it came with (and the epoch followed, if it is not yet). Counted
+    /// either way while reads are kept.
     async fn through<T, F, Fut>(
         &self,
         keys: &Keyspace,
@@ -118,25 +144,32 @@ impl Reads {
         wrap: fn(Arc<T>) -> Stored,
         unwrap: fn(Stored) -> Option<Arc<T>>,
         read: F,
-    ) -> RedisResult<Arc<T>>
+    ) -> RedisResult<Read<T>>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = RedisResult<(T, OrgEpoch)>>,
     {
         let generation = keys.generation();
-        if let Some(cache) = &self.cache {
-            if let Some(kept) = cache.get(generation, org, &key, Instant::now()).and_then(unwrap) {
-                self.metrics.reads_memory.inc();
-                return Ok(kept);
+        let Some(cache) = &self.cache else {
+            let (found, epoch) = read().await?;
+            return Ok(Read { found: Arc::new(found), epoch: epoch.map(Arc::from) });
+        };
+        let epoch_key = keys.org_epoch(org);
+        if let Some(Some(current)) = self.tracker.known(&epoch_key) {
+            if let Some((kept, epoch)) = cache.get(generation, org, &key, &current) {
+                if let Some(found) = unwrap(kept) {
+                    self.metrics.reads_memory.inc();
+                    return Ok(Read { found, epoch: Some(epoch) });
+                }
             }
-            self.metrics.reads_redis.inc();
         }
-        let started = Instant::now();
+        self.metrics.reads_redis.inc();
         let (found, epoch) = read().await?;
-        let found = Arc::new(found);
-        if let Some(cache) = &self.cache {
-            cache.insert(generation, org, key, wrap(found.clone()), epoch, started);
+        let (found, epoch) = (Arc::new(found), epoch.map(Arc::<str>::from));
+        if epoch.is_some() {
+            cache.insert(generation, org, key, wrap(found.clone()), epoch.as_ref());
+            self.tracker.follow(&epoch_key, model::org_epoch(keys, org), Kind::Org);
         }
-        Ok(found)
+        Ok(Read { found, epoch })
     }
 }

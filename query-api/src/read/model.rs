@@ -1,8 +1,9 @@
 //! Reads of the Redis read model. Each answer is one script or command in one hash slot, so a page's
 //! total and items come from one consistent view, and every call is bounded by the connection's timeout.
 //! Every read of an organization also returns the organization's epoch as it was at that moment
-//! (`Keyspace::org_epoch`), for what keeps reads in memory ([`crate::read::cache`]). The connection is made
-//! on first use, so that the API starts and answers `/livez` while Redis is away.
+//! (`Keyspace::org_epoch`), for what keeps reads in memory ([`crate::read::cache`]) and for how fresh the
+//! answer is. The connection is made on first use, so that the API starts and answers `/livez` while Redis
+//! is away.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,9 +16,7 @@ use shared::scope::Scope;
 use shared::Keyspace;
 use tokio::sync::OnceCell;
 
-use super::scripts::{
-    INTERVIEWS_PAGE_SCRIPT, KEY_ORGANIZATION_SCRIPT, ONE_INTERVIEW_SCRIPT, ONE_STUDY_SCRIPT, STUDIES_PAGE_SCRIPT,
-};
+use super::scripts::{INTERVIEWS_PAGE_SCRIPT, ONE_INTERVIEW_SCRIPT, ONE_STUDY_SCRIPT, STUDIES_PAGE_SCRIPT};
 use super::transcript::Transcript;
 use super::Span;
 
@@ -37,6 +36,21 @@ type PageReply = Option<(u64, Vec<Option<String>>, Vec<Value>, OrgEpoch)>;
 
 /// An organization's epoch, with which each read of it is tagged: `None` when it has none.
 pub type OrgEpoch = Option<String>;
+
+/// The read of a live API key's organization, by the key's SHA-256 (`HGET` of its index entry): what
+/// the API keeps in memory, Redis pushing its changes.
+pub fn organization_of(keys: &Keyspace, sha256: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("HGET");
+    cmd.arg(keys.api_key_sha(sha256)).arg("org");
+    cmd
+}
+
+/// The read of an organization's epoch (`GET`): what the API keeps in memory, Redis pushing its changes.
+pub fn org_epoch(keys: &Keyspace, org: &str) -> redis::Cmd {
+    let mut cmd = redis::cmd("GET");
+    cmd.arg(keys.org_epoch(org));
+    cmd
+}
 
 /// How long a read keeps trying while a slot of a Redis Cluster moves between primaries: the redirections
 /// and `TRYAGAIN` replies of a half-moved slot that outlast the client's own retries.
@@ -138,22 +152,9 @@ impl ReadModel {
         settled(call, self.cluster()).await
     }
 
-    /// The organization of a live API key, by the key's SHA-256, and the key index's epoch at that moment.
-    pub async fn organization_of(
-        &self,
-        keys: &Keyspace,
-        sha256: &str,
-    ) -> RedisResult<(Option<String>, Option<String>)> {
-        let mut invocation = KEY_ORGANIZATION_SCRIPT.key(keys.api_key_sha(sha256));
-        invocation.key(keys.api_key_epoch());
-        self.invoke(&invocation).await
-    }
-
-    /// The key index's epoch (see `crate::auth::key_cache`).
-    pub async fn api_key_epoch(&self, keys: &Keyspace) -> RedisResult<Option<String>> {
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(keys.api_key_epoch());
-        self.query(&cmd).await
+    /// The organization of a live API key, by the key's SHA-256.
+    pub async fn organization_of(&self, keys: &Keyspace, sha256: &str) -> RedisResult<Option<String>> {
+        self.query(&organization_of(keys, sha256)).await
     }
 
     pub async fn studies(&self, keys: &Keyspace, org: &str, page: Span) -> RedisResult<(Page<String>, OrgEpoch)> {
@@ -291,21 +292,6 @@ impl ReadModel {
     /// Bytes `start..=end` of a string (a long transcript, sent a chunk at a time).
     pub async fn range(&self, key: &str, start: u64, end: u64) -> RedisResult<Vec<u8>> {
         self.query(redis::cmd("GETRANGE").arg(key).arg(start).arg(end)).await
-    }
-
-    /// The epochs of these organizations, in their order (one command each: they may be in many slots).
-    pub async fn org_epochs(&self, keys: &Keyspace, orgs: &[std::sync::Arc<str>]) -> RedisResult<Vec<OrgEpoch>> {
-        let commands: Vec<redis::Cmd> = orgs
-            .iter()
-            .map(|org| {
-                let mut get = redis::cmd("GET");
-                get.arg(keys.org_epoch(org));
-                get
-            })
-            .collect();
-        let mut conn = self.conn().await?.clone();
-        let replies = conn.query_all(&commands).await?;
-        replies.into_iter().map(|reply| Ok(redis::from_redis_value(reply)?)).collect()
     }
 
     /// Where the generation is being projected again after Redis lost data: the slots its losses touched,

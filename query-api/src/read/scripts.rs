@@ -88,14 +88,6 @@ if string.len(doc) + length > tonumber(ARGV[2]) then return {doc, {KEYS[2], leng
 return {doc, redis.call('GET', KEYS[2]), epoch}
 ";
 
-/// The organization of an API key and the key index's epoch, read together (one slot, `{apikeys}`), so
-/// that what the API keeps in memory is tagged with the epoch it was true at.
-pub const KEY_ORGANIZATION: &str = r"
--- KEYS[1] the key's index entry (hash), KEYS[2] the key index's epoch (string)
-return {redis.call('HGET', KEYS[1], 'org'), redis.call('GET', KEYS[2])}
-";
-
-pub(super) static KEY_ORGANIZATION_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(KEY_ORGANIZATION));
 pub(super) static STUDIES_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STUDIES_PAGE));
 pub(super) static ONE_STUDY_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_STUDY));
 pub(super) static INTERVIEWS_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INTERVIEWS_PAGE));

@@ -1,0 +1,345 @@
+//! Changes pushed by Redis to every API instance (`CLIENT TRACKING`): a change is served, and a deleted key
+//! refused, by two instances within milliseconds of the projector applying it, many times over, with no
+//! timer to wait for; when the push connection is cut or Redis stalls, what was kept stops being served
+//! within the documented half second; and an idle instance costs Redis the same few commands a second
+//! whether it keeps a hundred organizations or thousands.
+
+use std::time::{Duration, Instant};
+
+use end_to_end::api::{config, spawn_app, TestApp, World};
+use end_to_end::events::event;
+use end_to_end::fixture::{self, ACME, ACME_KEY};
+use end_to_end::own_redis::OwnRedis;
+use end_to_end::{env, eventually, kafka, metrics, redis, runner, unique};
+use redis::AsyncCommands;
+use serde_json::json;
+use shared::{Keyspace, Topic};
+
+/// The old refresh interval: what pushed changes must beat, by far, every time.
+const OLD_POLL: Duration = Duration::from_millis(250);
+
+/// How long after its push connection is cut or stalls an instance stops serving what it kept (the
+/// tracker's `TRUSTED_FOR`, and a margin for a loaded machine).
+const UNTRUSTED_WITHIN: Duration = Duration::from_millis(700);
+
+fn retitled(org: &str, study: &str, sequence: u64, title: &str) -> end_to_end::events::Outgoing {
+    let data = json!({"internalTitle": title});
+    event(Topic::Study, org, study, sequence, "study.retitled", "2026-04-01T00:00:00Z", data)
+}
+
+/// An API instance that reads the generation once and then not for a minute: anything it learns sooner
+/// is pushed.
+fn without_timer(prefix: &str) -> query_api::Config {
+    let mut api = config(prefix, &env("REDIS_URL"));
+    api.generation_refresh_ms = 60_000;
+    api
+}
+
+async fn served_from_memory(app: &TestApp) -> f64 {
+    let text = app.admin_get("/metrics").await.text().await.unwrap();
+    metrics::sample(&text, "api_reads_total", &["source=\"memory\""])
+}
+
+async fn keys_looked_up_in_redis(app: &TestApp) -> f64 {
+    let text = app.admin_get("/metrics").await.text().await.unwrap();
+    metrics::sample(&text, "api_key_lookups_total", &["source=\"redis\""])
+}
+
+async fn title(app: &TestApp, study: &str) -> String {
+    let (status, body) = app.json(&format!("/v1/studies/{study}"), ACME_KEY).await;
+    assert_eq!(status, 200, "{body}");
+    body["internalTitle"].as_str().unwrap_or_default().to_string()
+}
+
+/// Waits until the stack's Redis holds `study`'s document with `title`, polling every millisecond: when it
+/// was applied.
+async fn applied(keys: &Keyspace, org: &str, study: &str, title: &str) -> Instant {
+    applied_on(redis().await, keys, org, study, title).await
+}
+
+async fn applied_on(
+    mut conn: shared::connection::Connection,
+    keys: &Keyspace,
+    org: &str,
+    study: &str,
+    title: &str,
+) -> Instant {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let doc: Option<String> = conn.hget(keys.study_documents(org), study).await.unwrap();
+        if doc.is_some_and(|doc| doc.contains(title)) {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "the projector did not apply {title}");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+}
+
+/// Polls every instance every millisecond until `done` holds on each; how long that took from `since`.
+async fn everywhere<'a, F, Fut>(apps: &[&'a TestApp], since: Instant, done: F) -> Duration
+where
+    F: Fn(&'a TestApp) -> Fut,
+    Fut: std::future::Future<Output = bool> + 'a,
+{
+    let mut latest = Duration::ZERO;
+    for app in apps.iter().copied() {
+        loop {
+            if done(app).await {
+                latest = latest.max(since.elapsed());
+                break;
+            }
+            assert!(since.elapsed() < Duration::from_secs(10), "not seen on an instance within 10 s");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+    latest
+}
+
+fn median(mut delays: Vec<Duration>) -> Duration {
+    delays.sort();
+    delays[delays.len() / 2]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_change_is_served_by_two_instances_within_milliseconds_of_being_applied_every_time() {
+    let world = World::start_with(&fixture::dataset(), |api| api.generation_refresh_ms = 60_000).await;
+    let other = spawn_app(without_timer(&world.prefix)).await;
+    let keys = Keyspace::new(world.prefix.clone(), 1);
+    let producer = kafka::producer();
+    for app in [&world.app, &other] {
+        title(app, "s_a").await;
+        assert_eq!(app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
+    }
+    let mut delays = Vec::new();
+    for round in 0..20u64 {
+        // Both instances keep the study, answering it from memory, before it changes.
+        for app in [&world.app, &other] {
+            let before = served_from_memory(app).await;
+            eventually(Duration::from_secs(5), "the study answered from memory", || async {
+                title(app, "s_a").await;
+                (served_from_memory(app).await > before).then_some(())
+            })
+            .await;
+        }
+        let name = format!("round {round}");
+        kafka::publish(&producer, &world.topics, &[retitled(ACME, "s_a", 4 + round, &name)]).await;
+        let at = applied(&keys, ACME, "s_a", &name).await;
+        let name = &name;
+        let delay = everywhere(&[&world.app, &other], at, |app| async move { title(app, "s_a").await == *name }).await;
+        delays.push(delay);
+    }
+    eprintln!("applied -> served by both instances: {delays:?}");
+    let (median, max) = (median(delays.clone()), *delays.iter().max().unwrap());
+    assert!(median < Duration::from_millis(50), "median {median:?}: {delays:?}");
+    assert!(max < OLD_POLL, "slowest {max:?}: {delays:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_deleted_key_is_refused_by_two_instances_within_milliseconds_of_being_applied_every_time() {
+    let keys: Vec<(String, String)> = (0..15).map(|i| (format!("k_push_{i}"), unique("pushed-key"))).collect();
+    let mut messages = fixture::dataset();
+    for (id, secret) in &keys {
+        messages.extend(fixture::key(ACME, id, secret).messages);
+    }
+    let world = World::start_with(&messages, |api| api.generation_refresh_ms = 60_000).await;
+    let other = spawn_app(without_timer(&world.prefix)).await;
+    let index = Keyspace::new(world.prefix.clone(), 1);
+    let producer = kafka::producer();
+    for app in [&world.app, &other] {
+        eventually(Duration::from_secs(5), "the organization's key kept in memory", || async {
+            let before = keys_looked_up_in_redis(app).await;
+            assert_eq!(app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
+            (keys_looked_up_in_redis(app).await == before).then_some(())
+        })
+        .await;
+    }
+    let mut delays = Vec::new();
+    for (id, secret) in &keys {
+        for app in [&world.app, &other] {
+            for _ in 0..3 {
+                assert_eq!(app.get("/v1/studies", Some(secret)).await.status(), 200);
+            }
+        }
+        kafka::publish(&producer, &world.topics, &[fixture::key_deleted(ACME, id, 2)]).await;
+        let entry = index.api_key_sha(&query_api::key_sha256(secret));
+        let conn = redis().await;
+        let at = eventually(Duration::from_secs(30), "the deletion to be applied", || async {
+            (!conn.clone().exists::<_, bool>(&entry).await.unwrap()).then(Instant::now)
+        })
+        .await;
+        let secret = secret.clone();
+        let secret = &secret;
+        let delay = everywhere(&[&world.app, &other], at, |app| async move {
+            app.get("/v1/studies", Some(secret)).await.status() == 401
+        })
+        .await;
+        delays.push(delay);
+        // A key event drops that key only: the organization's other key is still answered from memory.
+        for app in [&world.app, &other] {
+            let before = keys_looked_up_in_redis(app).await;
+            assert_eq!(app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
+            assert_eq!(keys_looked_up_in_redis(app).await, before, "the key deletion dropped another key");
+        }
+    }
+    eprintln!("applied -> refused by both instances: {delays:?}");
+    let (median, max) = (median(delays.clone()), *delays.iter().max().unwrap());
+    assert!(median < Duration::from_millis(50), "median {median:?}: {delays:?}");
+    assert!(max < OLD_POLL, "slowest {max:?}: {delays:?}");
+}
+
+/// The ids of the clients of `redis` that have tracking on: the API's push connections.
+fn tracking_clients(redis: &OwnRedis) -> Vec<String> {
+    let list = redis.cli(&["CLIENT", "LIST"]);
+    list.lines()
+        .filter(|line| line.split(' ').any(|field| field.strip_prefix("flags=").is_some_and(|f| f.contains('t'))))
+        .filter_map(|line| line.split(' ').find_map(|field| field.strip_prefix("id=")).map(String::from))
+        .collect()
+}
+
+/// A projector and an API on a Redis of the test's own, which the test may cut or pause.
+async fn on_own_redis(redis: &OwnRedis) -> (kafka::Topics, String, runner::Running, TestApp) {
+    let messages = fixture::dataset();
+    let topics = kafka::Topics::holding(&messages).await;
+    let prefix = unique("pushed");
+    let mut projector = runner::config(&topics, &prefix, &unique("g"));
+    projector.redis_url = redis.url().into();
+    projector.redis_cluster = false;
+    let projector = runner::spawn(projector).await;
+    projector.wait_until_consumed(messages.len() as u64, Duration::from_secs(60)).await;
+    let mut api = config(&prefix, &redis.url());
+    api.redis_cluster = false;
+    api.generation_refresh_ms = 60_000;
+    let app = spawn_app(api).await;
+    eventually(Duration::from_secs(30), "the study answered from memory", || async {
+        let before = served_from_memory(&app).await;
+        (app.get("/v1/studies/s_a", Some(ACME_KEY)).await.status() == 200 && served_from_memory(&app).await > before)
+            .then_some(())
+    })
+    .await;
+    (topics, prefix, projector, app)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn when_the_push_connection_is_cut_a_change_is_still_served_at_once_and_keeping_resumes() {
+    let redis = OwnRedis::start();
+    let (topics, prefix, _projector, app) = on_own_redis(&redis).await;
+    let keys = Keyspace::new(prefix, 1);
+    let target = shared::connection::Target::Single(redis.url());
+    let settings = shared::connection::Settings { timeout: Duration::from_secs(5), cluster_retries: 0 };
+    let conn = shared::connection::Connection::connect(&target, settings).await.unwrap();
+    let producer = kafka::producer();
+    for round in 0..5u64 {
+        let cut = tracking_clients(&redis);
+        assert!(!cut.is_empty(), "the API has a push connection");
+        for id in &cut {
+            redis.cli(&["CLIENT", "KILL", "ID", id]);
+        }
+        // A change made while nothing can push it.
+        let name = format!("after cut {round}");
+        kafka::publish(&producer, &topics, &[retitled(ACME, "s_a", 4 + round, &name)]).await;
+        let at = applied_on(conn.clone(), &keys, ACME, "s_a", &name).await;
+        let name = &name;
+        let delay = everywhere(&[&app], at, |app| async move { title(app, "s_a").await == *name }).await;
+        assert!(delay < UNTRUSTED_WITHIN, "round {round}: the change was served {delay:?} after it was applied");
+        // The instance connects again and keeps reads again.
+        eventually(Duration::from_secs(10), "reads kept in memory again", || async {
+            let before = served_from_memory(&app).await;
+            title(&app, "s_a").await;
+            (served_from_memory(&app).await > before && !tracking_clients(&redis).is_empty()).then_some(())
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn while_redis_stalls_what_was_kept_stops_being_served_within_half_a_second() {
+    let redis = OwnRedis::start();
+    let (_topics, _prefix, projector, app) = on_own_redis(&redis).await;
+    projector.stop().await;
+    let app = std::sync::Arc::new(app);
+    const PAUSE: Duration = Duration::from_millis(2500);
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", &PAUSE.as_millis().to_string(), "ALL"]), "OK");
+    let paused = Instant::now();
+    let mut asked = Vec::new();
+    while paused.elapsed() < PAUSE - Duration::from_millis(300) {
+        let app = app.clone();
+        asked.push(tokio::spawn(async move {
+            let sent = Instant::now();
+            let status = app.get("/v1/studies/s_a", Some(ACME_KEY)).await.status().as_u16();
+            (sent, Instant::now(), status)
+        }));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut answers = Vec::new();
+    for one in asked {
+        answers.push(one.await.unwrap());
+    }
+    let resumed = paused + PAUSE;
+    let from_memory = |(_, answered, status): &(Instant, Instant, u16)| *status == 200 && *answered < resumed;
+    let early: Vec<_> = answers.iter().filter(|(sent, ..)| *sent < paused + Duration::from_millis(200)).collect();
+    assert!(early.iter().any(|a| from_memory(a)), "what was kept was served at first: {early:?}");
+    let late: Vec<_> = answers.iter().filter(|(sent, ..)| *sent >= paused + UNTRUSTED_WITHIN).collect();
+    assert!(late.len() > 20, "requests went on through the stall: {}", late.len());
+    let served: Vec<_> = late.iter().filter(|a| from_memory(a)).collect();
+    assert!(served.is_empty(), "kept data served while Redis stalled: {:?}", served.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_instance_costs_redis_as_few_commands_with_two_thousand_organizations_kept_as_with_a_hundred() {
+    let redis = OwnRedis::start();
+    const ORGS: usize = 2000;
+    let secret = |i: usize| format!("idle-cost-secret-{i:04}");
+    let messages: Vec<_> = (0..ORGS)
+        .flat_map(|i| {
+            let org = format!("org_idle_{i:04}");
+            let key = fixture::key(&org, &format!("k_idle_{i}"), &secret(i)).messages;
+            [key, fixture::completed_study(&org, &format!("s_idle_{i}"), "2026-03-01T00:00:00Z").messages].concat()
+        })
+        .collect();
+    let topics = kafka::Topics::holding(&messages).await;
+    let prefix = unique("idle");
+    let mut projector = runner::config(&topics, &prefix, &unique("g"));
+    projector.redis_url = redis.url().into();
+    projector.redis_cluster = false;
+    runner::build(projector, messages.len() as u64, Duration::from_secs(120)).await;
+    // As deployed: the generation read four times a second.
+    let mut api = config(&prefix, &redis.url());
+    api.redis_cluster = false;
+    api.generation_refresh_ms = 250;
+    let app = spawn_app(api).await;
+    let keep = |count: usize| {
+        let app = &app;
+        async move {
+            for i in 0..count {
+                for _ in 0..2 {
+                    let status = app.get("/v1/studies", Some(&secret(i))).await.status();
+                    assert_eq!(status, 200);
+                }
+            }
+            // Every organization's reads are answered from memory once their epochs are pushed.
+            eventually(Duration::from_secs(30), "every organization's reads kept", || async {
+                let before = served_from_memory(app).await;
+                for i in 0..count {
+                    app.get("/v1/studies", Some(&secret(i))).await;
+                }
+                (served_from_memory(app).await - before >= count as f64).then_some(())
+            })
+            .await;
+        }
+    };
+    let idle = || {
+        assert_eq!(redis.cli(&["CONFIG", "RESETSTAT"]), "OK");
+        std::thread::sleep(Duration::from_secs(3));
+        let stats = redis.cli(&["INFO", "commandstats"]);
+        let calls: u64 =
+            stats.lines().filter_map(|line| line.split("calls=").nth(1)?.split(',').next()?.parse::<u64>().ok()).sum();
+        (calls as f64 / 3.0, stats)
+    };
+    keep(100).await;
+    let (hundred, _) = idle();
+    keep(ORGS).await;
+    let (thousands, stats) = idle();
+    eprintln!("idle commands a second: {hundred:.1} with 100 organizations kept, {thousands:.1} with {ORGS}\n{stats}");
+    assert!(thousands < 60.0, "{thousands:.1} commands a second with {ORGS} organizations kept, idle:\n{stats}");
+    assert!(thousands <= hundred * 1.5 + 5.0, "{hundred:.1} a second with 100 kept, {thousands:.1} with {ORGS}");
+}
