@@ -1,6 +1,7 @@
 //! One batch's life, top to bottom; the README's paragraph on the projector, as code:
 //!
-//! 1. take what the broker has: up to `BATCH_SIZE` messages, lingering `BATCH_LINGER_MS` to fill up;
+//! 1. take what the broker has: up to `BATCH_SIZE` messages, lingering `BATCH_LINGER_MS` to fill up (none
+//!    by default);
 //! 2. decode each message: poison is set aside in its dead-letter topic with the reason, a well-formed
 //!    event of an unknown type is skipped;
 //! 3. group the events by aggregate; fold each group over the aggregate's stored state and write the

@@ -68,8 +68,10 @@ pub struct Config {
     #[arg(long, env = "BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_size: u32,
 
-    /// How long a batch waits to fill up before it is applied, in milliseconds.
-    #[arg(long, env = "BATCH_LINGER_MS", default_value_t = 20)]
+    /// How long a batch waits to fill up before it is applied, in milliseconds; 0 takes what the broker
+    /// has already delivered and waits for nothing more (while a backlog is read, batches fill anyway: the
+    /// client fetches ahead).
+    #[arg(long, env = "BATCH_LINGER_MS", default_value_t = 0)]
     pub batch_linger_ms: u64,
 
     /// Timeout of each Redis call, in milliseconds; a call that times out is retried with backoff. It also

@@ -40,7 +40,8 @@ pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as Rebui
 pub use run::repair::{run as repair, Report as RepairReport, Target as RepairTarget};
 pub use run::Watch;
 pub use run::{live_instances, Instance, Projector};
-pub use source::Partition;
+/// The projector's `fetch.wait.max.ms` unless a property says otherwise (for the benchmarks' ceilings).
+pub use source::{Partition, FETCH_WAIT_MAX_MS};
 pub use store::{active_generation, delete_generation, generation_keys, Digest, Store};
 
 #[derive(Debug, thiserror::Error)]
