@@ -196,21 +196,15 @@ impl Source {
     /// this projector got (its lag, a rebuild's handover, the next start's check) may count it.
     pub fn rewind(&mut self, partitions: &HashMap<Partition, Option<i64>>) -> Result<(), BrokerError> {
         // Every start is known before anything changes: a broker that fails to answer leaves the
-        // partitions where they were, and the caller tries again.
-        let mut back = Vec::new();
-        for (partition, start) in partitions.iter().filter(|(p, _)| self.assigned.contains(*p)) {
-            let start = match start {
-                Some(offset) => *offset,
-                None => {
-                    let (topic, id) = (&partition.topic, partition.partition);
-                    let watermarks = tokio::task::block_in_place(|| {
-                        self.consumer.fetch_watermarks(topic, id, offsets::BROKER_TIMEOUT)
-                    })?;
-                    watermarks.0
-                }
-            };
-            back.push((partition.clone(), start));
-        }
+        // partitions where they were, and the caller tries again. The earliest offsets are asked all at
+        // once (one after the other, they took a quarter of a second each on the local broker).
+        let ours: Vec<(&Partition, &Option<i64>)> =
+            partitions.iter().filter(|(p, _)| self.assigned.contains(*p)).collect();
+        let unknown: Vec<Partition> = ours.iter().filter(|(_, s)| s.is_none()).map(|(p, _)| (*p).clone()).collect();
+        let earliest: HashMap<&Partition, i64> =
+            unknown.iter().zip(self.watermarks(&unknown)?).map(|(p, w)| (p, w.0)).collect();
+        let back: Vec<(Partition, i64)> =
+            ours.iter().map(|(p, start)| ((*p).clone(), start.unwrap_or_else(|| earliest[*p]))).collect();
         self.applied.extend(back.iter().cloned());
         self.commit_offsets(back.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
         self.reposition()
@@ -263,11 +257,16 @@ impl Source {
 
     /// The end (high watermark) of each of `partitions`, asked of the broker all at once.
     pub fn ends(&self, partitions: &[Partition]) -> Result<Vec<i64>, BrokerError> {
-        let ask = |p: &Partition| self.consumer.fetch_watermarks(&p.topic, p.partition, Duration::from_secs(10));
+        Ok(self.watermarks(partitions)?.into_iter().map(|(_, high)| high).collect())
+    }
+
+    /// The low and high watermarks of each of `partitions`, asked of the broker all at once.
+    fn watermarks(&self, partitions: &[Partition]) -> Result<Vec<(i64, i64)>, BrokerError> {
+        let ask = |p: &Partition| self.consumer.fetch_watermarks(&p.topic, p.partition, offsets::BROKER_TIMEOUT);
         tokio::task::block_in_place(|| {
             std::thread::scope(|scope| {
                 let asked: Vec<_> = partitions.iter().map(|p| scope.spawn(move || ask(p))).collect();
-                asked.into_iter().map(|a| Ok(a.join().expect("watermark thread")?.1)).collect()
+                asked.into_iter().map(|a| Ok(a.join().expect("watermark thread")?)).collect()
             })
         })
     }
