@@ -9,7 +9,6 @@ use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use futures::future::try_join_all;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder};
 use redis::cluster_async::ClusterConnection;
@@ -17,6 +16,7 @@ use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 
 use crate::cluster_nodes::{self, Primary};
+use crate::cluster_pipeline::Pipelines;
 use crate::redis_tls::{self, Tls};
 use crate::redis_url::redact;
 
@@ -86,6 +86,8 @@ pub struct Cluster {
     client: ClusterClient,
     /// The connection in use and how many times it was replaced.
     current: RwLock<(u64, ClusterConnection)>,
+    /// Batches of independent commands: a pipeline per primary ([`crate::cluster_pipeline`]).
+    pipelines: Pipelines,
 }
 
 impl Cluster {
@@ -157,34 +159,37 @@ impl Connection {
                     .retry_wait_formula(10, 2)
                     .build()?;
                 let conn = client.get_async_connection().await?;
-                Ok(Connection::Cluster(Arc::new(Cluster { client, current: RwLock::new((0, conn)) })))
+                let seed = seeds.first().map(String::as_str).unwrap_or_default();
+                let pipelines = Pipelines::new(seed, tls, settings.timeout);
+                Ok(Connection::Cluster(Arc::new(Cluster { client, current: RwLock::new((0, conn)), pipelines })))
             }
         }
     }
 
     /// Runs independent commands that may touch different slots, and returns their replies in order. On
-    /// one server that is one pipeline; on a cluster, one request per command, all sent at once. Each
-    /// command is atomic on its own; the batch as a whole is not.
+    /// one server that is one pipeline; on a cluster, one pipeline per primary, all sent at once, each
+    /// redirected command sent again where it belongs ([`crate::cluster_pipeline`]). Each command is
+    /// atomic on its own; the batch as a whole is not.
     pub async fn query_all(&mut self, commands: &[Cmd]) -> RedisResult<Vec<Value>> {
         if commands.is_empty() {
             return Ok(Vec::new());
         }
-        if let Connection::Single(conn) = self {
-            let mut pipe = redis::pipe();
-            for cmd in commands {
-                pipe.add_command(cmd.clone());
+        match self {
+            Connection::Single(conn) => {
+                let mut pipe = redis::pipe();
+                for cmd in commands {
+                    pipe.add_command(cmd.clone());
+                }
+                pipe.query_async(conn).await
             }
-            return pipe.query_async(conn).await;
+            Connection::Cluster(cluster) => {
+                let slots = || async {
+                    let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+                    cluster.call(async |c| slots.query_async::<Value>(c).await).await
+                };
+                cluster.pipelines.query_all(commands, slots).await
+            }
         }
-        // One request per command rather than one pipeline per slot: a slot that is moving answers a
-        // pipeline's second command with MOVED after its first one was let in with ASKING, so a pipeline
-        // can bounce between the two primaries until the move ends. The cluster connection still sends
-        // concurrent requests to a node together.
-        try_join_all(commands.iter().map(|cmd| {
-            let mut conn = self.clone();
-            async move { cmd.query_async::<Value>(&mut conn).await }
-        }))
-        .await
     }
 
     /// Every key matching `pattern`, by SCAN over every primary of a cluster (or over the one server).

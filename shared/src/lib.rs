@@ -5,6 +5,8 @@
 
 pub mod cluster_nodes;
 #[cfg(feature = "connection")]
+pub mod cluster_pipeline;
+#[cfg(feature = "connection")]
 pub mod connection;
 pub mod documents;
 pub mod events;

@@ -409,7 +409,7 @@ impl Tracker {
         };
         let mut nodes = Vec::new();
         let mut connected = false;
-        for (address, ranges) in topology::primaries(&reply) {
+        for (address, ranges) in shared::cluster_pipeline::primaries(&reply) {
             let existing = live.iter().find(|n| n.address == address && n.serves(&ranges)).cloned();
             let node = match existing {
                 Some(node) => node,

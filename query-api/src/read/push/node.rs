@@ -12,9 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Cmd, ConnectionAddr, IntoConnectionInfo, ProtocolVersion, PushInfo, RedisResult, Value,
-};
+use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, ProtocolVersion, PushInfo, RedisResult, Value};
 use shared::redis_tls::Tls;
 
 /// What a push means for what is kept.
@@ -81,27 +79,14 @@ impl Node {
         probe_key: Option<(String, Vec<(u16, u16)>)>,
         pushed: impl Fn(Pushed) + Send + Sync + 'static,
     ) -> RedisResult<Self> {
-        let mut info = seed.into_connection_info()?;
+        let info = shared::cluster_pipeline::node_info(seed, address)?;
         let settings = info.redis_settings().clone().set_protocol(ProtocolVersion::RESP3);
-        info = info.set_redis_settings(settings);
-        if let Some(address) = address {
-            let (host, port) = split(address);
-            let addr = match info.addr() {
-                ConnectionAddr::TcpTls { insecure, .. } => {
-                    ConnectionAddr::TcpTls { host, port, insecure: *insecure, tls_params: None }
-                }
-                _ => ConnectionAddr::Tcp(host, port),
-            };
-            info = info.set_addr(addr);
-        }
+        let info = info.set_redis_settings(settings);
         let address = match info.addr() {
             ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => format!("{host}:{port}"),
             other => other.to_string(),
         };
-        let client = match tls.certificates() {
-            Some(certificates) => redis::Client::build_with_tls(info, certificates.clone())?,
-            None => redis::Client::open(info)?,
-        };
+        let client = shared::cluster_pipeline::client(info, tls)?;
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -195,16 +180,6 @@ impl Node {
     }
 }
 
-/// `host:port` as host and port (6379 when the port is missing or not a number).
-fn split(address: &str) -> (String, u16) {
-    match address.rsplit_once(':') {
-        Some((host, port)) => {
-            (host.trim_start_matches('[').trim_end_matches(']').to_string(), port.parse().unwrap_or(6379))
-        }
-        None => (address.to_string(), 6379),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,12 +197,5 @@ mod tests {
         assert_eq!(Pushed::of(&lost), Some(Pushed::Lost));
         let other = PushInfo { kind: redis::PushKind::Message, data: vec![] };
         assert_eq!(Pushed::of(&other), None);
-    }
-
-    #[test]
-    fn an_address_splits_into_host_and_port() {
-        assert_eq!(split("10.0.0.1:7001"), ("10.0.0.1".into(), 7001));
-        assert_eq!(split("[::1]:7001"), ("::1".into(), 7001));
-        assert_eq!(split("redis"), ("redis".into(), 6379));
     }
 }

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use redis::Value;
 use shared::keys::slot;
 
 use super::node::Node;
@@ -54,61 +53,5 @@ impl Topology {
     /// The connection to `address` (`host:port`).
     pub fn at(&self, address: &str) -> Option<&Arc<Node>> {
         self.nodes.iter().find(|node| node.address == address)
-    }
-}
-
-/// The primaries in a `CLUSTER SLOTS` reply, each with the slot ranges it serves, in the reply's order.
-pub fn primaries(reply: &Value) -> Vec<(String, Ranges)> {
-    let mut found: Vec<(String, Ranges)> = Vec::new();
-    let Value::Array(ranges) = reply else { return found };
-    for range in ranges {
-        let Value::Array(parts) = range else { continue };
-        let (Some(Value::Int(low)), Some(Value::Int(high)), Some(Value::Array(primary))) =
-            (parts.first(), parts.get(1), parts.get(2))
-        else {
-            continue;
-        };
-        let host = match primary.first() {
-            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
-            Some(Value::SimpleString(host)) => host.clone(),
-            _ => continue,
-        };
-        let Some(Value::Int(port)) = primary.get(1) else { continue };
-        let address = format!("{host}:{port}");
-        let range = (*low as u16, *high as u16);
-        match found.iter_mut().find(|(a, _)| *a == address) {
-            Some((_, ranges)) => ranges.push(range),
-            None => found.push((address, vec![range])),
-        }
-    }
-    found
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn range(low: i64, high: i64, host: &str, port: i64) -> Value {
-        let primary =
-            Value::Array(vec![Value::BulkString(host.into()), Value::Int(port), Value::BulkString(b"id".to_vec())]);
-        let replica = Value::Array(vec![Value::BulkString(b"10.0.0.9".to_vec()), Value::Int(7009)]);
-        Value::Array(vec![Value::Int(low), Value::Int(high), primary, replica])
-    }
-
-    #[test]
-    fn cluster_slots_name_each_primary_once_with_all_its_ranges_and_no_replica() {
-        let reply = Value::Array(vec![
-            range(0, 5460, "10.0.0.1", 7001),
-            range(5461, 10922, "10.0.0.2", 7002),
-            range(10923, 16383, "10.0.0.1", 7001),
-        ]);
-        assert_eq!(
-            primaries(&reply),
-            vec![
-                ("10.0.0.1:7001".to_string(), vec![(0, 5460), (10923, 16383)]),
-                ("10.0.0.2:7002".to_string(), vec![(5461, 10922)]),
-            ]
-        );
-        assert!(primaries(&Value::Nil).is_empty());
     }
 }
