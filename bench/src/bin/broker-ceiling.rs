@@ -1,5 +1,7 @@
 //! The broker's read ceiling: a plain consumer reads every partition of a run's topics from the start to
-//! the end and discards the messages.
+//! the end and discards the messages. It reads with the projector's `fetch.wait.max.ms` unless told
+//! otherwise, and reports its rate from its start and, leaving the start-up and the end out, over the
+//! middle of the read: from the 10th to the 90th percentile of the messages.
 
 use std::time::{Duration, Instant};
 
@@ -19,7 +21,8 @@ struct Args {
     /// Name of the run whose topics to read.
     #[arg(long)]
     run: String,
-    /// A librdkafka property of the consumer, KEY=VALUE (repeatable); librdkafka's defaults otherwise.
+    /// A librdkafka property of the consumer, KEY=VALUE (repeatable); librdkafka's defaults otherwise, but
+    /// for `fetch.wait.max.ms`, the projector's.
     #[arg(long = "property", value_name = "KEY=VALUE")]
     properties: Vec<String>,
 }
@@ -33,7 +36,8 @@ fn main() -> Result<()> {
         .set("bootstrap.servers", &args.brokers)
         .set("group.id", format!("{}-ceiling", args.run))
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest");
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", projector::FETCH_WAIT_MAX_MS);
     for property in &args.properties {
         let Some((key, value)) = property.split_once('=') else {
             bail!("--property takes KEY=VALUE, not {property:?}")
@@ -50,17 +54,34 @@ fn main() -> Result<()> {
     let started = Instant::now();
     consumer.assign(&list)?;
     let (mut read, mut bytes) = (0i64, 0usize);
+    let (tenth, ninetieth) = (total / 10, total * 9 / 10);
+    let (mut at_tenth, mut at_ninetieth) = (None, None);
     while read < total {
         match consumer.poll(Duration::from_secs(30)) {
             Some(Ok(message)) => {
                 read += 1;
                 bytes += message.payload_len();
+                if read == tenth {
+                    at_tenth = Some(Instant::now());
+                }
+                if read == ninetieth {
+                    at_ninetieth = Some(Instant::now());
+                }
             }
             Some(Err(e)) => bail!("consumer error: {e}"),
             None => bail!("nothing arrived for 30 s after {read} of {total} messages"),
         }
     }
     let seconds = started.elapsed().as_secs_f64();
-    Line::default().rate(read as u64, seconds).with("bytes", bytes).print();
+    let middle = match (at_tenth, at_ninetieth) {
+        (Some(a), Some(b)) => (b - a).as_secs_f64(),
+        _ => 0.0,
+    };
+    Line::default()
+        .rate(read as u64, seconds)
+        .with("bytes", bytes)
+        .with("steady_seconds", format!("{middle:.2}"))
+        .with("steady_events_per_sec", format!("{:.0}", (ninetieth - tenth) as f64 / middle.max(1e-9)))
+        .print();
     Ok(())
 }

@@ -1,5 +1,7 @@
 //! Times the projector binary replaying a run's topics: from its start until its consumer group has
-//! committed every message (or a time limit), with its peak resident memory.
+//! committed every message (or a time limit), with its peak resident memory; and, leaving its start-up
+//! and its end out, over the middle of the replay: from the moment the group had committed a tenth of the
+//! messages to the moment it had committed nine tenths (polled every 100 ms, a request to the broker each).
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -46,6 +48,7 @@ fn main() -> Result<()> {
         .context("starting the projector")?;
     let limit = Duration::from_secs(args.max_secs);
     let mut first_commit = None;
+    let (mut tenth, mut ninetieth) = (None, None);
     let mut applied = 0;
     while applied < total && started.elapsed() < limit {
         std::thread::sleep(Duration::from_millis(100));
@@ -53,18 +56,32 @@ fn main() -> Result<()> {
             anyhow::bail!("the projector exited early: {status}");
         }
         applied = broker::committed_messages(&inspector, &partitions)?;
+        let at = (started.elapsed().as_secs_f64(), applied);
         if applied > 0 && first_commit.is_none() {
-            first_commit = Some(started.elapsed().as_secs_f64());
+            first_commit = Some(at.0);
+        }
+        if applied >= total / 10 && tenth.is_none() {
+            tenth = Some(at);
+        }
+        if applied >= total * 9 / 10 && ninetieth.is_none() {
+            ninetieth = Some(at);
         }
     }
     let seconds = started.elapsed().as_secs_f64();
+    let first_secs = first_commit.unwrap_or(seconds);
+    let (steady, steady_events) = match (tenth, ninetieth) {
+        (Some((a, from)), Some((b, to))) => (b - a, to - from),
+        _ => (0.0, 0),
+    };
     let rss = peak_rss_kib(child.id()).unwrap_or(0);
     child.kill()?;
     child.wait()?;
     Line::default()
         .rate(applied as u64, seconds)
         .with("of", total)
-        .with("first_commit_secs", format!("{:.2}", first_commit.unwrap_or(seconds)))
+        .with("first_commit_secs", format!("{first_secs:.2}"))
+        .with("steady_seconds", format!("{steady:.2}"))
+        .with("steady_events_per_sec", format!("{:.0}", steady_events as f64 / steady.max(1e-9)))
         .with("peak_rss_kib", rss)
         .print();
     Ok(())
