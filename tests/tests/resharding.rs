@@ -1,6 +1,7 @@
 //! A Redis Cluster slot moving between primaries while the projector writes to it and clients read from
-//! it: redirections and retries, never an error returned to a client and never a lost event. Always runs
-//! against the stack's cluster, whichever Redis the rest of the suite uses.
+//! it: redirections and retries, never an error returned to a client and never a lost event (against the
+//! stack's cluster, whichever Redis the rest of the suite uses); and one batch on a half-moved slot of a
+//! cluster of the test's own, each command answered where its key is.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -162,4 +163,50 @@ async fn moving_an_organizations_slot_under_load_returns_no_error_and_loses_no_e
         }
     }
     projector.stop().await;
+}
+
+/// One batch on a slot half moved between two primaries of a cluster of the test's own: a key already on
+/// the importing primary, one still on the migrating one, and one that does not exist yet (the migrating
+/// primary sends it on with ASK) are all answered in that one call, each from where it is; then, the move
+/// over, from the new owner.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_on_a_half_moved_slot_is_answered_whole_each_command_where_its_key_is() {
+    use end_to_end::own_redis::{OwnCluster, Persistence};
+    use shared::connection::{Connection, Settings, Target};
+
+    let own = OwnCluster::start(Persistence::Snapshots).await;
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 3 };
+    let mut conn = Connection::connect(&Target::new(&own.urls(), true), settings).await.unwrap();
+    let org = unique("half");
+    let slot = cluster::slot(&org);
+    let key = |name: &str| format!("rm:{{{org}}}:{name}");
+    let set = |name: &str, value: &str| redis::cmd("SET").arg(key(name)).arg(value).to_owned();
+    let get = |name: &str| redis::cmd("GET").arg(key(name)).to_owned();
+    conn.query_all(&[set("moved", "m"), set("staying", "s")]).await.unwrap();
+
+    let source = own.primary_of(slot);
+    let target = (0..3).find(|n| *n != source).unwrap();
+    let (source_id, target_id) =
+        (own.nodes[source].cli(&["CLUSTER", "MYID"]), own.nodes[target].cli(&["CLUSTER", "MYID"]));
+    let slot = slot.to_string();
+    assert_eq!(own.nodes[target].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]), "OK");
+    assert_eq!(own.nodes[source].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]), "OK");
+    let port = own.nodes[target].port().to_string();
+    let migrated = own.nodes[source].cli(&["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", &key("moved")]);
+    assert_eq!(migrated, "OK");
+
+    let replies = conn.query_all(&[get("moved"), get("staying"), set("new", "n"), get("missing")]).await.unwrap();
+    let values: Vec<Option<String>> = replies.into_iter().map(|r| redis::from_redis_value(r).unwrap()).collect();
+    assert_eq!(values, [Some("m".into()), Some("s".into()), Some("OK".into()), None]);
+    // The new key went to the importing primary: only it holds it once the move ends.
+
+    // The move ends: the slot map is read again after MOVED, and everything is where it now is.
+    let rest = own.nodes[source].cli(&["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS", &key("staying")]);
+    assert_eq!(rest, "OK");
+    for node in &own.nodes {
+        node.cli(&["CLUSTER", "SETSLOT", &slot, "NODE", &target_id]);
+    }
+    let replies = conn.query_all(&[get("moved"), get("staying"), get("new")]).await.unwrap();
+    let values: Vec<Option<String>> = replies.into_iter().map(|r| redis::from_redis_value(r).unwrap()).collect();
+    assert_eq!(values, [Some("m".into()), Some("s".into()), Some("n".into())]);
 }
