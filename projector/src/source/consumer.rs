@@ -28,6 +28,10 @@ pub struct Context {
     last_timestamp: Mutex<HashMap<Partition, i64>>,
     /// The end (high watermark) of each partition read, as the last statistics gave it.
     pub ends: Mutex<HashMap<Partition, i64>>,
+    /// Each partition's end as the last statistics gave it, and whether this consumer had fetched up to it
+    /// with nothing of it left in its queue (then a partition applied short of its end has nothing more to
+    /// deliver there: see `undelivered`).
+    pub fetched_to_end: Mutex<HashMap<Partition, bool>>,
 }
 
 impl ClientContext for Context {
@@ -39,6 +43,7 @@ impl ClientContext for Context {
         let now_ms = (now() * 1000.0) as i64;
         let last = self.last_timestamp.lock().expect("lag timestamps");
         let mut ends = self.ends.lock().expect("partition ends");
+        let mut fetched = self.fetched_to_end.lock().expect("fetched to the end");
         let mut total = 0;
         for (name, topic) in &statistics.topics {
             for (id, p) in &topic.partitions {
@@ -47,6 +52,7 @@ impl ClientContext for Context {
                 }
                 if p.hi_offset >= 0 {
                     ends.insert(Partition::new(name, *id), p.hi_offset);
+                    fetched.insert(Partition::new(name, *id), drained(p.next_offset, p.fetchq_cnt, p.hi_offset));
                 }
                 let lag = match (p.consumer_lag, p.hi_offset, p.committed_offset) {
                     (lag, _, _) if lag >= 0 => lag,
@@ -78,6 +84,13 @@ impl ConsumerContext for Context {
     }
 }
 
+/// Whether a partition's messages are all out of the consumer's hands: it fetched to the partition's end
+/// (`next`, its next offset to fetch, at or past `end`; librdkafka moves it over transaction markers) and
+/// none of them waits in its queue (`queued`).
+fn drained(next: i64, queued: i64, end: i64) -> bool {
+    next >= end && queued == 0
+}
+
 /// The `code` label of an error: librdkafka's code by name (`Other` when it has none).
 fn code(error: &KafkaError) -> String {
     error.rdkafka_error_code().map_or_else(|| "Other".into(), |c| format!("{c:?}"))
@@ -107,7 +120,8 @@ pub(super) fn settings(config: &Config, group: &str) -> ClientConfig {
 /// The consumer of the projection's group. It subscribes to nothing: the instances share the partitions
 /// themselves and assign them; the group id is where offsets are committed.
 pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsumer> {
-    let context = Context { metrics, last_timestamp: Mutex::default(), ends: Mutex::default() };
+    let context =
+        Context { metrics, last_timestamp: Mutex::default(), ends: Mutex::default(), fetched_to_end: Mutex::default() };
     settings(config, &config.group_id).set("statistics.interval.ms", "1000").create_with_context(context)
 }
 
@@ -223,4 +237,17 @@ pub async fn next_batch(
     // Only the three topics are ever assigned.
     let of = |m: &OwnedMessage| Topic::ALL.into_iter().zip(topics).find(|(_, name)| *name == m.topic()).map(|(t, _)| t);
     Batch(batch.into_iter().filter_map(|m| Some((of(&m)?, m))).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_partition_is_drained_once_fetched_to_its_end_with_nothing_queued() {
+        assert!(drained(120, 0, 120), "fetched to the end, past its markers, nothing queued");
+        assert!(!drained(100, 0, 120), "still being fetched: a replay behind a slow broker");
+        assert!(!drained(120, 15, 120), "fetched, but messages wait in the queue");
+        assert!(!drained(-1001, 0, 120), "not fetching at all");
+    }
 }

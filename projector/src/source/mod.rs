@@ -219,9 +219,14 @@ impl Source {
             return Ok(Vec::new());
         }
         let ends = self.consumer.context().ends.lock().expect("partition ends").clone();
+        // Only partitions the live consumer has fetched to their end, its queue of them empty: one still
+        // being fetched (a replay behind a slow broker) has its messages coming, and reading it again
+        // beside the live consumer would only load the broker twice.
+        let drained = self.consumer.context().fetched_to_end.lock().expect("fetched to the end").clone();
         let standing: Vec<(Partition, i64, i64)> = self
             .assigned
             .iter()
+            .filter(|p| drained.get(*p).copied().unwrap_or(false))
             .filter_map(|p| Some((p.clone(), self.applied.get(p).copied().unwrap_or(0), *ends.get(p)?)))
             .collect();
         let moved = tokio::task::block_in_place(|| self.undelivered.look(&standing))?;
