@@ -61,16 +61,17 @@ pub struct Config {
     pub unknown_keys_per_second: u32,
 
     /// Most API keys kept in memory, so that a request authenticates without a Redis round trip; 0 asks
-    /// Redis on every request. A key event drops them all, and they serve only while the key index's epoch
-    /// was read within the last 750 ms (see GENERATION_REFRESH_MS): a revoked key is refused within a second.
+    /// Redis on every request. Redis pushes a key's change the moment it happens (client tracking), which
+    /// drops that key; when the connection that pushes changes breaks or stalls, kept keys stop answering
+    /// within half a second.
     #[arg(long, env = "API_KEY_CACHE_SIZE", default_value_t = 100_000)]
     pub api_key_cache_size: usize,
 
     /// Memory for reads kept in memory, in MiB, so that a page that has not changed is answered without a
-    /// Redis round trip; 0 reads Redis on every request. A kept read is dropped as soon as a refresh
-    /// (GENERATION_REFRESH_MS) finds its organization changed, and is never served once its organization's
-    /// epoch was last read 750 ms ago or more: an answer lags Redis by a quarter of a second as a rule, and
-    /// never by a second.
+    /// Redis round trip; 0 reads Redis on every request. Redis pushes an organization's change the moment
+    /// it happens (client tracking of its epoch), which drops its reads; when the connection that pushes
+    /// changes breaks or stalls, kept reads stop answering within half a second. It also bounds the
+    /// organizations whose epochs are kept (one per 2 KiB).
     #[arg(long, env = "READ_CACHE_MB", default_value_t = 64)]
     pub read_cache_mb: u64,
 
@@ -94,8 +95,9 @@ pub struct Config {
     #[arg(long, env = "SHUTDOWN_DRAIN_MS", default_value_t = 10_000)]
     pub shutdown_drain_ms: u64,
 
-    /// How often the active generation of the read model (and the key index's epoch) is read, in
-    /// milliseconds. Above 750, API keys kept in memory are never trusted and every request asks Redis.
+    /// How often the active generation of the read model, whether it is complete, and the projectors'
+    /// reports (the freshness headers) are read, in milliseconds, besides at once when Redis pushes a change
+    /// of the first two.
     #[arg(long, env = "GENERATION_REFRESH_MS", default_value_t = 250, value_parser = clap::value_parser!(u64).range(1..))]
     pub generation_refresh_ms: u64,
 

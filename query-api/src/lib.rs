@@ -13,16 +13,16 @@
 //!   request's life; `models` are the bodies of section 2, written from stored bytes by `json`;
 //!   `pagination` is section 4.5 and the `Link` header; `etag` tags the study routes; `openapi` and
 //!   `docs` the definition of section 9; `health` the operational routes. One route list (`api::v1`) feeds the router and the definition.
-//! - [`auth`]: section 5. `credential` finds the key in the headers; `key_cache` keeps keys that
-//!   authenticated; `rate_limit` throttles per key and unknown keys.
+//! - [`auth`]: section 5. `credential` finds the key in the headers, looked up among the keys kept in
+//!   memory (`read::push`) or in Redis; `rate_limit` throttles per key and unknown keys.
 //! - [`read`]: the read path. `model` is every Redis read (one script each, the scripts in `scripts`);
 //!   `cache` keeps reads in memory, bounded in bytes; `transcript` sends a transcript beyond a request's
-//!   byte budget in chunks;
-//!   `trust` is the epoch that vouches for what both caches keep; `generation` is the generation served;
-//!   `freshness` how fresh it is, from the projectors' reports.
+//!   byte budget in chunks; `push` keeps the keys and organizations' epochs Redis pushes the changes of
+//!   (client tracking), which vouch for what is kept; `generation` is the generation served; `freshness`
+//!   how fresh it is, from the projectors' reports and the organization's epoch.
 //! - [`links`]: section 8's video links: `credentials`, the hand-written signer `sigv4`, `bucket` rules.
-//! - `state`: what requests share, and the refresh that keeps the generation, the freshness and the
-//!   epochs current. `error`: the one error type, mapped to section 7's statuses and bodies.
+//! - `state`: what requests share, and the refresh that keeps the generation and the freshness current
+//!   (woken at once when Redis pushes a change of the generation). `error`: the one error type, mapped to section 7's statuses and bodies.
 //!
 //! Dependencies run one way: `edge` → `api` → `state` → `auth` → `read`, and `links`; none back.
 //!

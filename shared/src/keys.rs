@@ -20,10 +20,10 @@
 //! | `P:gN:{<org>}:interviews:<studyId>` | sorted set | completed visible interviews, score `createdAt` in µs |
 //! | `P:gN:{<org>}:interview-docs` | hash | id → document of each completed visible interview |
 //! | `P:gN:{<org>}:transcript:<id>` | string | the WebVTT transcript of an interview, appended to as messages arrive |
-//! | `P:gN:{<org>}:epoch` | string | a token written anew by every write to the organization, so API instances can keep its reads in memory |
+//! | `P:gN:{<org>}:epoch` | string | `<token>:<µs>`: a token written anew by every write to the organization (so API instances can keep its reads in memory, Redis pushing its change, and the projector sees a loss), and the latest `occurredAt` applied to it |
 //! | `P:gN:{apikeys}:key:<keyId>` | hash | `seq`, `state` of an API key |
 //! | `P:gN:{apikeys}:sha:<sha256>` | hash | `org`, `key`: the organization a live key belongs to |
-//! | `P:gN:{apikeys}:epoch` | string | a token written anew whenever the key index changes, so API instances can keep keys in memory |
+//! | `P:gN:{apikeys}:epoch` | string | a token written anew whenever the key index changes, so the projector sees a loss |
 //! | `P:gN:late` | hash | `<aggregate>:<id>` → organization, of each aggregate that received an event late for a gap (until repaired) |
 //! | `P:gN:{<org>}:hold` | string | the token of the repair holding the organization's writes for its last moments (with a TTL) |
 //! | `P:gN:{apikeys}:hold:<keyId>` | string | the token of the repair holding one API key's writes (with a TTL) |

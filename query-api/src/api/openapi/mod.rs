@@ -83,8 +83,9 @@ impl Modify for Headers {
                     .format(Some(utoipa::openapi::SchemaFormat::KnownFormat(utoipa::openapi::KnownFormat::DateTime))),
             )
             .description(Some(
-                "How fresh the read model is: the occurredAt of the latest event applied (when caught up), or of \
-                 the least fresh projector behind; absent before any event was applied",
+                "How fresh the answer is: the occurredAt of the latest event applied to the organization's data; \
+                 for an organization none of whose studies and interviews has an event yet, the read model's (its \
+                 latest event when caught up, else the least fresh projector's)",
             ))
             .build();
         let caught_up = HeaderBuilder::new()
