@@ -251,16 +251,15 @@ impl Tracker {
         if !self.0.begin(key, kind, token, sent) {
             return Ok(());
         }
-        let read = self.query(key, cmd).await;
+        // A watched key's value is not kept: only that Redis tracks it now.
+        let read = self.query(key, cmd).await.and_then(|(node, reply)| match kind {
+            Kind::Watch => Ok((node, Some(String::new()))),
+            _ => Ok((node, redis::from_redis_value(reply).map_err(|e| std::io::Error::other(e.to_string()))?)),
+        });
         let mut entries = self.0.entries.write().expect("kept values");
         let ours = entries.map.get(key).is_some_and(|e| e.state == State::Pending(token));
         match read {
-            Ok((node, reply)) if ours => {
-                // A watched key's value is not kept: only that Redis tracks it now.
-                let value: Option<String> = match kind {
-                    Kind::Watch => Some(String::new()),
-                    _ => redis::from_redis_value(reply).map_err(|e| std::io::Error::other(e.to_string()))?,
-                };
+            Ok((node, value)) if ours => {
                 entries.set(key, State::Known(value.map(Arc::from)));
                 if let Some(entry) = entries.map.get_mut(key) {
                     entry.node = node;
