@@ -33,16 +33,21 @@ pub async fn create_topics(brokers: &str, run: &str) -> Result<[String; 3]> {
     Ok(names)
 }
 
-/// Publishes a whole stream, a chunk at a time with every message of the chunk in flight at once.
-/// Returns how many messages were delivered.
-pub async fn publish(brokers: &str, topics: &[String; 3], mut stream: Stream) -> Result<usize> {
-    let producer: FutureProducer = ClientConfig::new()
+/// A producer for preloading a run's topics: large batches, many messages in flight, patient.
+pub fn bulk_producer(brokers: &str) -> Result<FutureProducer> {
+    Ok(ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("linger.ms", "20")
         .set("batch.num.messages", "10000")
         .set("queue.buffering.max.messages", "1000000")
         .set("message.timeout.ms", "300000")
-        .create()?;
+        .create()?)
+}
+
+/// Publishes a whole stream, a chunk at a time with every message of the chunk in flight at once.
+/// Returns how many messages were delivered.
+pub async fn publish(brokers: &str, topics: &[String; 3], mut stream: Stream) -> Result<usize> {
+    let producer = bulk_producer(brokers)?;
     let mut sent = 0;
     while let Some(chunk) = stream.next_chunk() {
         let sends = chunk.iter().map(|m| {

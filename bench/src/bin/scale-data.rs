@@ -11,13 +11,12 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use benchmarks::broker::create_topics;
+use benchmarks::broker::{bulk_producer, create_topics};
 use benchmarks::report::Line;
 use clap::{Parser, Subcommand};
 use end_to_end::events::{envelope, sha256_hex, Envelope};
 use futures::StreamExt;
-use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::ClientConfig;
+use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 
 #[derive(Parser)]
@@ -81,13 +80,7 @@ fn message(org: &str, id: &str, sequence: u64, kind: &str, data: Value) -> Vec<u
 
 async fn publish(brokers: &str, run: &str, orgs: usize, studies: usize) -> Result<()> {
     let topics = create_topics(brokers, run).await?;
-    let producer: FutureProducer = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .set("linger.ms", "20")
-        .set("batch.num.messages", "10000")
-        .set("queue.buffering.max.messages", "1000000")
-        .set("message.timeout.ms", "300000")
-        .create()?;
+    let producer = bulk_producer(brokers)?;
     let started = Instant::now();
     let mut sent = 0usize;
     let mut pending = Vec::new();
