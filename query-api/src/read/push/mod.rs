@@ -211,6 +211,8 @@ impl Tracker {
             Some((State::Known(value), node, read_ms)) if self.0.trusted(key, value.is_some(), node, read_ms, now) => {
                 return;
             }
+            // Full: nothing more of this kind is kept until an entry goes (no read, no task).
+            None if self.0.full(kind) => return,
             _ => {}
         }
         let (tracker, key) = (self.clone(), key.to_string());
@@ -462,6 +464,20 @@ impl Shared {
         serving.id == node && serving.alive() && recent
     }
 
+    /// The most values of `kind` that may be kept.
+    fn limit(&self, kind: Kind) -> usize {
+        match kind {
+            Kind::Key => self.capacity.keys,
+            Kind::Org => self.capacity.orgs,
+            Kind::Watch => usize::MAX,
+        }
+    }
+
+    /// Whether `kind` has as many values kept as it may.
+    fn full(&self, kind: Kind) -> bool {
+        self.entries.read().expect("kept values").counts.get(&kind).copied().unwrap_or(0) >= self.limit(kind)
+    }
+
     /// Marks `key` as being read by read `token`; false when it may not be kept (its kind is full).
     fn begin(&self, key: &str, kind: Kind, token: u64, sent: u64) -> bool {
         let mut entries = self.entries.write().expect("kept values");
@@ -472,12 +488,7 @@ impl Shared {
             }
             return true;
         }
-        let limit = match kind {
-            Kind::Key => self.capacity.keys,
-            Kind::Org => self.capacity.orgs,
-            Kind::Watch => usize::MAX,
-        };
-        if entries.counts.get(&kind).copied().unwrap_or(0) >= limit {
+        if entries.counts.get(&kind).copied().unwrap_or(0) >= self.limit(kind) {
             return false;
         }
         let state = State::Pending(token);
