@@ -23,6 +23,12 @@ fn latest(messages: &[end_to_end::events::Outgoing], org: Option<&str>) -> DateT
         .expect("events with occurredAt")
 }
 
+/// A new study of `org`, created at `at`.
+fn created(org: &str, id: &str, at: &str) -> end_to_end::events::Outgoing {
+    let data = json!({"internalTitle": id});
+    end_to_end::events::event(shared::Topic::Study, org, id, 1, "study.created", at, data)
+}
+
 /// The freshness headers of a data response with `key`, once they say the projector caught up with `at`.
 async fn caught_up_with(world: &World, key: &str, at: DateTime<Utc>) -> String {
     eventually(Duration::from_secs(10), "the freshness headers to catch up", || async {
@@ -64,30 +70,14 @@ async fn data_responses_say_their_organizations_latest_event_and_readiness_the_r
     assert!(definition.headers().get("x-read-model-as-of").is_none());
 
     // A later event of one organization moves its own freshness forward, and no other's.
-    let later = [end_to_end::events::event(
-        shared::Topic::Study,
-        ACME,
-        "s_later",
-        1,
-        "study.created",
-        "2027-01-01T00:00:00Z",
-        json!({"internalTitle": "Later"}),
-    )];
+    let later = [created(ACME, "s_later", "2027-01-01T00:00:00Z")];
     world.publish(&later).await;
     let moved = caught_up_with(&world, ACME_KEY, latest(&later, None)).await;
     assert!(moved > acme_as_of, "{moved} after {acme_as_of}");
     assert_eq!(caught_up_with(&world, GLOBEX_KEY, globex).await, globex_as_of);
     // An event older than what the organization holds (another aggregate's, arriving late) moves nothing
     // back.
-    let older = [end_to_end::events::event(
-        shared::Topic::Study,
-        ACME,
-        "s_older",
-        1,
-        "study.created",
-        "2020-01-01T00:00:00Z",
-        json!({"internalTitle": "Older"}),
-    )];
+    let older = [created(ACME, "s_older", "2020-01-01T00:00:00Z")];
     world.publish(&older).await;
     assert_eq!(caught_up_with(&world, ACME_KEY, latest(&later, None)).await, moved);
 }
