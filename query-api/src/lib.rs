@@ -67,17 +67,18 @@ pub async fn run(
     let links = links::Presigner::from_config(&config).await;
     let state = AppState::new(&config, tls, links)?;
     // The first connection is made beside the server, so that a Redis that is away or hangs delays nothing
-    // (requests are answered 503 meanwhile); one Redis refuses for good stops the server instead, before
-    // the background refresh starts (which would log the same failure again).
+    // (requests are answered 503 meanwhile). It is tried until it is made or Redis refuses it for good: a
+    // refusal stops the server, before the background refresh starts (which would log the same failure
+    // again); a timeout, on a busy machine, is no answer either way.
     let refused = std::sync::Arc::new(std::sync::OnceLock::new());
-    let (connected, mut first_attempt) = tokio::sync::watch::channel(false);
+    let (made, mut connected) = tokio::sync::watch::channel(false);
     let first_connection = {
         let (model, refused) = (state.model.clone(), refused.clone());
         async move {
             match model.connect_at_start().await {
                 Err(refusal) => drop(refused.set(refusal)),
                 Ok(()) => {
-                    let _ = connected.send(true);
+                    let _ = made.send(true);
                     std::future::pending().await
                 }
             }
@@ -92,9 +93,9 @@ pub async fn run(
     // Dropped when this function returns, however it returns: the tasks stop with the server.
     let mut tasks = Tasks::default();
     let follow = state.clone().follow(config.generation_refresh());
-    let mut connected_first = first_attempt.clone();
+    let mut pushes_connected = connected.clone();
     tasks.spawn(async move {
-        if first_attempt.wait_for(|attempted| *attempted).await.is_ok() {
+        if connected.wait_for(|made| *made).await.is_ok() {
             follow.await
         }
     });
@@ -103,7 +104,7 @@ pub async fn run(
     if state.tracker.keeps_anything() {
         let maintain = state.tracker.clone().maintain();
         tasks.spawn(async move {
-            if connected_first.wait_for(|attempted| *attempted).await.is_ok() {
+            if pushes_connected.wait_for(|made| *made).await.is_ok() {
                 maintain.await
             }
         });

@@ -99,6 +99,15 @@ pub fn the_one_line(binary: &str, output: &Output, password: &str) -> String {
     lines[0].to_string()
 }
 
+/// The line a binary that refused to start ended with, after the warnings of a wait (attempts to connect
+/// that timed out); fails unless it exited with an error and printed no password.
+pub fn the_last_line(binary: &str, output: &Output, password: &str) -> String {
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{binary} started: {stderr}");
+    assert!(!stderr.contains(password), "{binary} printed the password: {stderr}");
+    stderr.lines().rfind(|line| !line.trim().is_empty()).unwrap_or_default().to_string()
+}
+
 /// The password of a URL of the stack's users.
 pub fn password(url: &str) -> String {
     let userinfo = url.split_once("://").and_then(|(_, rest)| rest.rsplit_once('@')).expect("credentials").0;

@@ -10,7 +10,10 @@ use std::time::Duration;
 use end_to_end::api::World;
 use end_to_end::fixture::{self, key_deleted, ACME, ACME_KEY, ACME_OLD_KEY};
 use end_to_end::kafka::Topics;
-use end_to_end::rediss::{password, prefix, run_api, run_projector, the_one_line, tls, TlsCluster, USERS};
+use end_to_end::rediss::{
+    password, prefix, run_api, run_projector, the_last_line, the_one_line, tls, TlsCluster, USERS,
+};
+use end_to_end::stall::Stalling;
 use end_to_end::{env, runner, unique};
 use shared::redis_tls::TlsOptions;
 
@@ -116,4 +119,68 @@ async fn an_unreadable_ca_file_or_a_client_certificate_the_server_does_not_trust
         assert!(line.contains("the TLS handshake failed (received fatal alert"), "{binary}: {line}");
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// How long the stalling proxy of the next two tests holds each connection without a byte: two or three
+/// attempts to connect time out meanwhile.
+const SILENT: Duration = Duration::from_secs(3);
+
+/// On a busy machine a first attempt to connect can time out before Redis has said anything: that proves
+/// nothing either way, so the check goes on, and the refusal that comes after still stops either binary and
+/// an operator command with its one line (behind a proxy that is silent for a while, then forwards to the
+/// stack's TLS Redis, trusted with a CA that did not sign its certificate).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refusal_met_after_attempts_that_timed_out_still_stops_either_binary_and_an_operator_command() {
+    let topics = Topics::create().await;
+    let other = env("TLS_OTHER_CA_FILE");
+    let (projector_url, api_url) = (env("REDIS_PROJECTOR_TLS_URL"), env("REDIS_QUERY_API_TLS_URL"));
+    let why = "the TLS handshake failed (invalid peer certificate: UnknownIssuer): REDIS_CA_FILE";
+    let ca = ["--redis-ca-file", other.as_str()];
+    for (binary, url) in [("projector", &projector_url), ("projector status", &projector_url), ("query-api", &api_url)]
+    {
+        let (_stalling, proxied) = Stalling::before(url, SILENT).await;
+        let started = std::time::Instant::now();
+        let output = match binary {
+            "query-api" => run_api(&proxied, &ca).await,
+            "projector" => run_projector(&topics, &prefix(), &proxied, &ca).await,
+            _ => run_projector(&topics, &prefix(), &proxied, &[ca[0], ca[1], "status"]).await,
+        };
+        let line = the_last_line(binary, &output, &password(url));
+        assert!(line.starts_with("Error: ") && line.contains(why), "{binary}: {line}");
+        assert!(started.elapsed() >= SILENT, "{binary} stopped at the refusal, not before: {:?}", started.elapsed());
+    }
+}
+
+/// The same on a Redis Cluster that speaks TLS only, reached through one seed behind the proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_refusal_met_after_attempts_that_timed_out_still_stops_either_binary() {
+    const PASSWORD: &str = "cluster-password-2";
+    let users: Vec<String> = USERS.lines().map(|line| line.replace("CHANGE-ME", PASSWORD)).collect();
+    let cluster = TlsCluster::start(&users).await;
+    let seed = |user: &str| cluster.urls(user, PASSWORD).split(',').next().expect("a node").to_string();
+    let other = env("TLS_OTHER_CA_FILE");
+    let why = "the TLS handshake failed (invalid peer certificate: UnknownIssuer): REDIS_CA_FILE";
+
+    let (_stalling, proxied) = Stalling::before(&seed("projector"), SILENT).await;
+    let topics = Topics::create().await;
+    let mut config = runner::config(&topics, &prefix(), &unique("g"));
+    (config.redis_url, config.redis_cluster, config.redis_timeout_ms) = (proxied.into(), true, 500);
+    config.redis_tls.ca_file = Some(other.clone().into());
+    let started = std::time::Instant::now();
+    let refused = tokio::time::timeout(Duration::from_secs(30), runner::run(config)).await.expect("no hang");
+    let line = refused.expect_err("the projector refuses to start").to_string();
+    assert!(line.contains(why) && !line.contains(PASSWORD) && line.lines().count() == 1, "{line}");
+    assert!(started.elapsed() >= SILENT, "the projector stopped at the refusal: {:?}", started.elapsed());
+
+    let (_stalling, proxied) = Stalling::before(&seed("query-api"), SILENT).await;
+    let mut config = end_to_end::api::config(&prefix(), &proxied);
+    config.redis_cluster = true;
+    config.redis_tls.ca_file = Some(other.into());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let started = std::time::Instant::now();
+    let run = query_api::run(listener, None, config, std::future::pending());
+    let refused = tokio::time::timeout(Duration::from_secs(30), run).await.expect("the API stops at the refusal");
+    let line = refused.expect_err("the API refuses to start").to_string();
+    assert!(line.contains(why) && !line.contains(PASSWORD) && line.lines().count() == 1, "{line}");
+    assert!(started.elapsed() >= SILENT, "the API stopped at the refusal: {:?}", started.elapsed());
 }

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use redis::{RedisError, RedisResult, ScriptInvocation, Value};
 use shared::connection::{Connection, Settings, Target};
+use shared::log_every::LogEvery;
 use shared::redis_tls::{refusal, Refusal, Tls};
 use shared::scope::Scope;
 use shared::Keyspace;
@@ -84,6 +85,13 @@ where
     }
 }
 
+/// The first wait between two attempts to connect at start, doubling up to [`START_RETRY_MAX`].
+const START_RETRY_FIRST: Duration = Duration::from_millis(100);
+const START_RETRY_MAX: Duration = Duration::from_secs(1);
+
+/// Failed attempts to connect at start: logged once every ten seconds at most.
+static UNCONNECTED: LogEvery = LogEvery::millis(10_000);
+
 /// The read model's Redis, connected on first use.
 #[derive(Clone)]
 pub struct ReadModel(Arc<Lazy>);
@@ -106,13 +114,26 @@ impl ReadModel {
         Ok(Self(Arc::new(Lazy { target, settings, tls, conn: OnceCell::new() })))
     }
 
-    /// Connects now, as the API starts: Redis refusing the connection for good (a certificate not trusted,
-    /// a password refused) is an error, while a Redis that is merely away is left to the requests, which
-    /// answer 503 until it is back.
+    /// Connects as the API starts, trying again until an attempt succeeds or Redis refuses the connection
+    /// for good (a certificate not trusted, a password refused: an error). A failed attempt that is not a
+    /// refusal (Redis away, or an attempt that timed out on a busy machine) proves nothing either way, so
+    /// it is tried again: only a success or a refusal ends the start. Requests answer 503 meanwhile.
     pub async fn connect_at_start(&self) -> Result<(), Refusal> {
-        match self.conn().await {
-            Err(e) => refusal(&e).map_or(Ok(()), Err),
-            Ok(_) => Ok(()),
+        let mut wait = START_RETRY_FIRST;
+        loop {
+            match self.conn().await {
+                Ok(_) => return Ok(()),
+                Err(e) => {
+                    if let Some(refused) = refusal(&e) {
+                        return Err(refused);
+                    }
+                    if let Some(skipped) = UNCONNECTED.allow() {
+                        tracing::warn!(error = %e, skipped, "could not connect to redis yet; trying again");
+                    }
+                }
+            }
+            tokio::time::sleep(wait).await;
+            wait = (wait * 2).min(START_RETRY_MAX);
         }
     }
 
