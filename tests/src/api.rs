@@ -74,6 +74,15 @@ impl TestApp {
         self.client.get(format!("{}{path}", self.admin)).send().await.expect("request sent")
     }
 
+    /// Waits until the API serves a generation of the read model (its admin `/readyz` says so): on a busy
+    /// machine its first connection to Redis, and its first reading of the generation, can take a while.
+    pub async fn wait_serving(&self, within: Duration) {
+        eventually(within, "the API to serve the read model", || async {
+            (self.admin_get("/readyz").await.status() == 200).then_some(())
+        })
+        .await
+    }
+
     /// Waits for `key` to be refused, for at most the time the API promises a revocation takes: every
     /// instance refuses a key within a second of the projector applying its deletion.
     pub async fn refused_within_a_second(&self, key: &str) {

@@ -35,11 +35,23 @@ impl Healing {
 
     /// [`Self::start`], with the key prefix `prefix`.
     pub async fn start_under(prefix: &str, topics: &Topics, redis_url: &str, cluster: bool) -> Self {
+        Self::start_configured(prefix, topics, redis_url, cluster, |_| {}).await
+    }
+
+    /// [`Self::start_under`], the projector's configuration changed by `configure` (its Redis user, say).
+    pub async fn start_configured(
+        prefix: &str,
+        topics: &Topics,
+        redis_url: &str,
+        cluster: bool,
+        configure: impl FnOnce(&mut projector::Config),
+    ) -> Self {
         let prefix = prefix.to_string();
         let mut config = runner::config(topics, &prefix, &unique("g"));
         config.redis_url = redis_url.into();
         config.redis_cluster = cluster;
         config.redis_timeout_ms = 1000;
+        configure(&mut config);
         let projector = spawn(&config).await;
         let mut api = api::config(&prefix, redis_url);
         api.redis_cluster = cluster;
@@ -78,10 +90,7 @@ impl Healing {
     /// Waits until the API is ready (the read model complete) after `total` messages were consumed.
     pub async fn wait_ready(&self, total: u64, timeout: Duration) {
         self.projector.wait_until_consumed(total, timeout).await;
-        eventually(timeout, "the API to be ready", || async {
-            (self.app.admin_get("/readyz").await.status() == 200).then_some(())
-        })
-        .await;
+        self.app.wait_serving(timeout).await;
     }
 
     /// Losses of data the projector detected so far.

@@ -93,6 +93,20 @@ async fn on_a_cluster_a_failover_of_the_api_keys_primary_to_a_lagging_replica_is
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_flushed_primary_makes_only_its_organizations_wait_and_the_others_are_served() {
+    only_the_flushed_primarys_organizations_wait(true).await;
+}
+
+/// A projector whose Redis user may not run `INFO` tells a loss by its positions alone: that loss names
+/// the slots of the primary that lost them too, not every slot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_loss_told_by_the_positions_alone_makes_only_that_primarys_organizations_wait() {
+    only_the_flushed_primarys_organizations_wait(false).await;
+}
+
+/// One primary flushed while the prober asks for every organization: once the loss is known, the
+/// organizations whose keys lived there are answered 503 until healed, and the others are served
+/// throughout. With `info` false the projector runs as a user that may not run `INFO`.
+async fn only_the_flushed_primarys_organizations_wait(info: bool) {
     use shared::keys::slot;
     use shared::Keyspace;
     let cluster = OwnCluster::start(Persistence::Snapshots).await;
@@ -115,7 +129,19 @@ async fn on_a_cluster_a_flushed_primary_makes_only_its_organizations_wait_and_th
     assert!(!waiting.is_empty() && !served.is_empty(), "organizations on both sides: {waiting:?} {served:?}");
     let topics = Topics::holding(&scenario.messages).await;
     let expected = reference(&topics, &scenario).await;
-    let mut world = Healing::start_under(&prefix, &topics, &cluster.urls(), true).await;
+    let projector_urls = if info {
+        cluster.urls()
+    } else {
+        for node in &cluster.nodes {
+            let user = ["ACL", "SETUSER", "no-info", "on", ">no-info-password", "~*", "&*", "+@all", "-info"];
+            assert_eq!(node.cli(&user), "OK");
+        }
+        cluster.urls().replace("redis://", "redis://no-info:no-info-password@")
+    };
+    let mut world = Healing::start_configured(&prefix, &topics, &cluster.urls(), true, |projector| {
+        projector.redis_url = projector_urls.into();
+    })
+    .await;
     world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
     let prober = Prober::start(&world.app, &scenario);
     prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;

@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use redis::RedisResult;
 use shared::connection::Connection;
+use shared::scope::describe;
 use shared::Keyspace;
 
 use super::loss::{NodeInfo, Seen};
@@ -55,8 +56,11 @@ impl Watch {
             return Ok(losses);
         }
         let lost = position::record(&mut self.conn, keys, positions, &mut self.written).await?;
-        if let Some(first) = lost.first() {
-            losses.push(format!("positions lost on {first} of generation {}", keys.generation()));
+        if let Some(first) = lost.partitions.first() {
+            // The slots of the primaries that lost them: the API goes on serving the organizations whose
+            // keys live elsewhere (without them, a loss names every slot).
+            let (generation, slots) = (keys.generation(), describe(&lost.slots));
+            losses.push(format!("positions lost on {first} of generation {generation}{slots}"));
         }
         Ok(losses)
     }

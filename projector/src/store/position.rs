@@ -75,18 +75,25 @@ pub async fn read(
 /// What a projector last wrote, per position key and partition: what the next write expects to find.
 pub type Recorded = HashMap<String, HashMap<Partition, i64>>;
 
-/// Records `applied` on every primary. Returns the partitions some primary lost (nothing is written for
-/// them there); `written` is updated with what was written.
+/// What [`record`] found lost: the partitions some primary lost, and the slots of those primaries.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Lost {
+    pub partitions: Vec<Partition>,
+    pub slots: Vec<(u16, u16)>,
+}
+
+/// Records `applied` on every primary. Returns what some primary lost (nothing is written for those
+/// partitions there); `written` is updated with what was written.
 pub async fn record(
     conn: &mut Connection,
     keys: &Keyspace,
     applied: &HashMap<Partition, i64>,
     written: &mut Recorded,
-) -> redis::RedisResult<Vec<Partition>> {
+) -> redis::RedisResult<Lost> {
+    let mut lost = Lost::default();
     if applied.is_empty() {
-        return Ok(Vec::new());
+        return Ok(lost);
     }
-    let mut lost = Vec::new();
     let script = Script::new(RECORD);
     for node in conn.nodes().await? {
         let key = key_on(keys, &node);
@@ -98,17 +105,20 @@ pub async fn record(
             invocation.arg(p.to_string()).arg(position).arg(last);
         }
         let refused: Vec<String> = invocation.invoke_async(conn).await?;
+        if !refused.is_empty() {
+            lost.slots.extend(node.slots.iter().copied());
+        }
         for (p, position) in applied {
             if refused.iter().any(|r| *r == p.to_string()) {
-                lost.push(p.clone());
+                lost.partitions.push(p.clone());
             } else {
                 let entry = expected.entry(p.clone()).or_insert(*position);
                 *entry = (*entry).max(*position);
             }
         }
     }
-    lost.sort();
-    lost.dedup();
+    lost.partitions.sort();
+    lost.partitions.dedup();
     Ok(lost)
 }
 
