@@ -36,12 +36,19 @@ async fn after_a_flushall_the_read_model_is_projected_again_and_no_valid_key_is_
     let mut world = Healing::start(&topics, &redis.url(), false).await;
     world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
 
-    let prober = Prober::start(&world.app, &scenario);
-    prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
-    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
-    let detected = world.wait_detected(DETECTION).await;
-    world.wait_converged(&expected, CONVERGENCE).await;
-    assert_no_wrong_answer_after(&prober.finish().await, detected);
+    // Twice: the second loss is told by the same words as the first (the same partition's positions, the
+    // same generation), and is healed again, not taken for the loss already answered.
+    for round in 1..=2 {
+        let prober = Prober::start(&world.app, &scenario);
+        prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
+        assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+        let detected = end_to_end::eventually(DETECTION, &format!("loss {round} to be detected"), || async {
+            (world.losses() >= round as f64).then(Instant::now)
+        })
+        .await;
+        world.wait_converged(&expected, CONVERGENCE).await;
+        assert_no_wrong_answer_after(&prober.finish().await, detected);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -132,7 +139,7 @@ async fn a_redis_restored_from_before_a_rebuild_switch_is_put_forward_again_and_
 /// no `CONFIG`, no `KEYS`). The projector then tells a loss by its positions alone, and still heals.
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn with_a_redis_user_that_may_not_run_info_the_read_model_is_complete_and_a_flush_is_healed() {
+async fn with_a_redis_user_that_may_not_run_info_the_read_model_is_complete_and_every_flush_is_healed() {
     let redis = OwnRedis::with(Persistence::AofAlways);
     // Keys of the read model only: every prefix the test makes starts with `heal`.
     let acl = ["ACL", "SETUSER", "readmodel", "on", ">s3cret-pass", "~heal*", "+@all", "-@dangerous"];
@@ -146,12 +153,19 @@ async fn with_a_redis_user_that_may_not_run_info_the_read_model_is_complete_and_
     let refused = world.projector.metrics_text();
     assert!(!refused.contains("projector_redis_memory_used_bytes{"), "INFO was refused to this user");
 
-    let prober = Prober::start(&world.app, &scenario);
-    prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
-    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
-    let detected = world.wait_detected(DETECTION).await;
-    world.wait_converged(&expected, CONVERGENCE).await;
-    assert_no_wrong_answer_after(&prober.finish().await, detected);
+    // Twice: the second loss is told by the same words as the first (the same partition's positions, the
+    // same generation), and is healed again, not taken for the loss already answered.
+    for round in 1..=2 {
+        let prober = Prober::start(&world.app, &scenario);
+        prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
+        assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+        let detected = end_to_end::eventually(DETECTION, &format!("loss {round} to be detected"), || async {
+            (world.losses() >= round as f64).then(Instant::now)
+        })
+        .await;
+        world.wait_converged(&expected, CONVERGENCE).await;
+        assert_no_wrong_answer_after(&prober.finish().await, detected);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -250,7 +264,7 @@ async fn a_full_redis_is_reported_by_readiness_and_gauges_and_writes_resume_once
     let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap();
     assert_eq!(end_to_end::metrics::sample(&metrics, "projector_redis_out_of_memory", &[]), 1.0);
     // The memory gauges are read once a second, apart from the batch that waits for room.
-    end_to_end::eventually(Duration::from_secs(5), "the gauge of maxmemory to follow", || async {
+    end_to_end::eventually(Duration::from_secs(30), "the gauge of maxmemory to follow", || async {
         let metrics = reqwest::get(format!("{base}/metrics")).await.unwrap().text().await.unwrap();
         let max = end_to_end::metrics::sample(&metrics, "projector_redis_memory_max_bytes", &["node=\"redis\""]);
         (max == 1.0).then_some(())

@@ -77,6 +77,9 @@ impl Heal {
             Some(earlier) => format!("{}; {loss}", earlier.loss),
             None => loss.to_string(),
         };
+        // A loss told by the same words as one answered before (the same partition's positions lost again
+        // on the same generation) is a new loss: it is answered again.
+        self.answered.remove(&loss);
         self.pending = Some(Pending { loss, marked: false });
         self.settle(projector).await;
         Ok(())
