@@ -161,6 +161,7 @@ impl World {
         let app = spawn_app(api).await;
         let mut world = Self { topics, prefix, app, projector, producer: kafka::producer(), published: 0 };
         world.publish(messages).await;
+        world.app.wait_serving(Duration::from_secs(60)).await;
         world
     }
 
