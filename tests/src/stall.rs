@@ -11,6 +11,8 @@ use tokio::time::Instant;
 /// held without a byte. Stops when dropped.
 pub struct Stalling {
     pub port: u16,
+    /// When it starts forwarding.
+    pub opens: Instant,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -30,7 +32,7 @@ impl Stalling {
                 });
             }
         });
-        Self { port, task }
+        Self { port, opens, task }
     }
 
     /// Starts one in front of the server of `url` (`scheme://[userinfo@]host:port`); returns it and `url`
