@@ -10,9 +10,7 @@ use std::time::Duration;
 use end_to_end::api::World;
 use end_to_end::fixture::{self, key_deleted, ACME, ACME_KEY, ACME_OLD_KEY};
 use end_to_end::kafka::Topics;
-use end_to_end::rediss::{
-    password, prefix, run_api, run_projector, the_last_line, the_one_line, tls, TlsCluster, USERS,
-};
+use end_to_end::rediss::{password, prefix, run_api, run_projector, the_one_line, tls, TlsCluster, USERS};
 use end_to_end::stall::Stalling;
 use end_to_end::{env, runner, unique};
 use shared::redis_tls::TlsOptions;
@@ -145,7 +143,7 @@ async fn a_refusal_met_after_attempts_that_timed_out_still_stops_either_binary_a
             "projector" => run_projector(&topics, &prefix(), &proxied, &ca).await,
             _ => run_projector(&topics, &prefix(), &proxied, &[ca[0], ca[1], "status"]).await,
         };
-        let line = the_last_line(binary, &output, &password(url));
+        let line = the_one_line(binary, &output, &password(url));
         assert!(line.starts_with("Error: ") && line.contains(why), "{binary}: {line}");
         assert!(Instant::now() >= stalling.opens, "{binary} stopped at the refusal, not before the proxy forwarded");
     }
