@@ -240,10 +240,12 @@ impl ApiProcess {
         let child = command.spawn().expect("query-api starts");
         let api = Self {
             address: format!("http://{listen}"),
-            client: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
+            // Its tests send pages of tens of megabytes through a debug build: on a busy machine one takes
+            // more than half a minute, which is no fault of what they check (the process's memory).
+            client: reqwest::Client::builder().timeout(Duration::from_secs(180)).build().unwrap(),
             process: crate::runner::KillOnDrop(child),
         };
-        eventually(Duration::from_secs(10), "the API process to answer /livez", || async {
+        eventually(Duration::from_secs(30), "the API process to answer /livez", || async {
             let live = api.client.get(format!("{}/livez", api.address)).send().await;
             live.is_ok_and(|r| r.status() == 200).then_some(())
         })
