@@ -47,6 +47,7 @@ pub fn config(prefix: &str, redis_url: &str) -> query_api::Config {
 
 /// Starts the API and its admin listener on free loopback ports.
 pub async fn spawn_app(config: query_api::Config) -> TestApp {
+    crate::test_log();
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let admin_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let address = format!("http://{}", listener.local_addr().unwrap());

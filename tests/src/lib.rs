@@ -31,6 +31,14 @@ use shared::connection::{Connection, Settings, Target};
 use tokio::time::Instant;
 
 /// An environment variable the stack sets, with a message that says how to get it.
+/// Sends the logs of the projectors and APIs a test runs in its own process to the test's output, filtered
+/// by `TEST_LOG` (e.g. `projector=warn,query_api=warn`): printed only when the test fails.
+pub fn test_log() {
+    if let Ok(filter) = std::env::var("TEST_LOG") {
+        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
+    }
+}
+
 pub fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!("{name} is not set: start the local stack with `scripts/stack up` and `source .stack/env`")

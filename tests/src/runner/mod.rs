@@ -77,9 +77,7 @@ impl From<Counts> for Snapshot {
 }
 
 pub async fn spawn(config: Config) -> Running {
-    if let Ok(filter) = std::env::var("TEST_LOG") {
-        let _ = tracing_subscriber::fmt().with_env_filter(filter).with_test_writer().try_init();
-    }
+    crate::test_log();
     let (prefix, group) = (config.key_prefix.clone(), config.group_id.clone());
     let (stop, stopped) = watch::channel(false);
     let projector =
