@@ -11,6 +11,8 @@ pub mod connection;
 pub mod documents;
 pub mod events;
 pub mod keys;
+#[cfg(feature = "connection")]
+pub mod lease;
 pub mod log_every;
 #[cfg(feature = "process")]
 pub mod process;

@@ -4,9 +4,10 @@
 use std::time::Duration;
 
 use end_to_end::own_redis::OwnRedis;
-use end_to_end::{redis, runner, unique};
+use end_to_end::{eventually, redis, runner, unique};
 use redis::AsyncCommands;
 use shared::connection::{Connection, Settings, Target};
+use shared::lease::{Lease, OnLapse};
 use shared::Keyspace;
 
 /// The projector's write script, run as the projector runs it, for an outcome folded from `expected`.
@@ -239,4 +240,29 @@ async fn the_write_script_writes_nothing_while_a_repair_holds_the_organization_e
     let _: () = conn.del(&state).await.unwrap();
     let reply: redis::Value = write("").invoke_async(&mut conn).await.unwrap();
     assert_eq!(reply, redis::Value::SimpleString("APPLIED".into()), "released, the live path writes again");
+}
+
+#[tokio::test]
+async fn a_lease_found_lapsed_is_lost_for_good_unless_it_may_be_taken_again() {
+    let mut conn = redis().await;
+    for (on_lapse, taken_again) in [(OnLapse::Lost, false), (OnLapse::TakeAgain, true)] {
+        let key = format!("{}:lease", unique("lease"));
+        let ttl = Duration::from_millis(400);
+        let lease = Lease::try_take(&mut conn, &key, "mine", ttl, on_lapse).await.unwrap().expect("free");
+        assert!(Lease::try_take(&mut conn, &key, "other", ttl, on_lapse).await.unwrap().is_none(), "held");
+        // Renewed past its TTL while held.
+        tokio::time::sleep(ttl * 2).await;
+        assert!(lease.check(&mut conn).await.unwrap(), "{on_lapse:?}: the renewal kept it");
+        // Gone, as when its holder stalled past the TTL or Redis lost it.
+        let _: () = conn.del(&key).await.unwrap();
+        let holder = eventually(Duration::from_secs(5), "a renewal to find it gone", || async {
+            let holder: Option<String> = redis().await.get(&key).await.unwrap();
+            (lease.is_lost() || holder.is_some()).then_some(holder)
+        })
+        .await;
+        assert_eq!(holder.as_deref() == Some("mine"), taken_again, "{on_lapse:?}");
+        assert_eq!(lease.check(&mut conn).await.unwrap(), taken_again, "{on_lapse:?}");
+        lease.release(&mut conn).await.unwrap();
+        assert!(!conn.exists::<_, bool>(&key).await.unwrap(), "released");
+    }
 }

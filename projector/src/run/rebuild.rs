@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
 use shared::connection::Connection;
+use shared::lease::{Lease, OnLapse};
 use shared::Keyspace;
 use tokio::sync::watch;
 
@@ -110,18 +111,9 @@ impl std::fmt::Display for Notice {
 /// Where a rebuild's notices go.
 pub type Notify<'a> = &'a (dyn Fn(Notice) + Send + Sync);
 
-const LOCK_TTL_MS: u64 = 10_000;
+const LOCK_TTL: Duration = Duration::from_secs(10);
 /// How often a rebuild that is still reading full batches measures how far it is from the end.
 const MEASURE_LAG_EVERY: Duration = Duration::from_secs(1);
-/// Extends the lock held (1); takes it again when Redis lost it and nobody else took it since (2): the
-/// rebuild reads again what Redis lost, and no other rebuild can be running; else it is another's (0).
-const RENEW: &str = r"
-local holder = redis.call('GET', KEYS[1])
-if holder == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-if not holder then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 2 end
-return 0
-";
-const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 const NEXT: &str = "local n = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ARGV[1])) + 1 redis.call('SET', KEYS[1], n) return n";
 
 /// Rebuilds, switches, and deletes the old generation after the grace period. Returns the new generation,
@@ -137,17 +129,11 @@ pub async fn run(
     let token = uuid::Uuid::new_v4().to_string();
     let lock = Keyspace::rebuild_lock(&prefix);
     let deadline = Instant::now() + options.lock_wait;
-    loop {
-        let acquired: bool = redis::cmd("SET")
-            .arg(&lock)
-            .arg(&token)
-            .arg("NX")
-            .arg("PX")
-            .arg(LOCK_TTL_MS)
-            .query_async(&mut conn)
-            .await?;
-        if acquired {
-            break;
+    // A lock Redis lost is taken again: the rebuild reads again what Redis lost, and no other rebuild can
+    // be running unless it took the lock meanwhile (then this one stops).
+    let lock = loop {
+        if let Some(lease) = Lease::try_take(&mut conn, &lock, &token, LOCK_TTL, OnLapse::TakeAgain).await? {
+            break Lock(lease);
         }
         if Instant::now() >= deadline {
             return Err(Error::Refused(format!("another rebuild is running: {lock} is held")));
@@ -157,12 +143,11 @@ pub async fn run(
             _ = stopped.wait_for(|stop| *stop) => return Ok(None),
             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
         }
-    }
-    let lock = Lock { key: lock, token, lost: Arc::new(AtomicBool::new(false)) };
-    let renewal = tokio::spawn(renew(conn.clone(), lock.clone()));
+    };
     let result = rebuild(&config, &options, &mut conn, &lock, &mut stopped, notify).await;
-    renewal.abort();
-    let _: Result<i64, _> = redis::Script::new(RELEASE).key(&lock.key).arg(&lock.token).invoke_async(&mut conn).await;
+    if let Err(e) = lock.0.release(&mut conn).await {
+        tracing::warn!(error = %e, "could not release the rebuild lock; it expires by itself");
+    }
     let Some((generation, old)) = result? else { return Ok(None) };
     tokio::select! {
         _ = stopped.wait_for(|stop| *stop) => {}
@@ -190,23 +175,17 @@ pub async fn run(
 }
 
 /// The rebuild lock as this rebuild holds it.
-#[derive(Clone)]
-pub struct Lock {
-    key: String,
-    token: String,
-    /// Set once a renewal found the lock gone or held by another rebuild.
-    lost: Arc<AtomicBool>,
-}
+pub struct Lock(Lease);
 
 impl Lock {
     /// Stops a rebuild whose lock was lost: another rebuild may be running, and two would switch in turn.
     pub fn ensure_held(&self) -> Result<(), Error> {
-        if self.lost.load(Ordering::Acquire) {
+        if self.0.is_lost() {
             return Err(Error::Refused(format!(
                 "this rebuild lost {}: it expired or was taken (Redis lost it, or stalled longer than {} s); \
                  run the rebuild again",
-                self.key,
-                LOCK_TTL_MS / 1000
+                self.0.key(),
+                LOCK_TTL.as_secs()
             )));
         }
         Ok(())
@@ -214,29 +193,8 @@ impl Lock {
 
     /// Asks Redis whether this rebuild still holds the lock, right before the switch.
     pub async fn check(&self, conn: &mut Connection) -> Result<(), Error> {
-        let holder: Option<String> = conn.get(&self.key).await?;
-        if holder.as_deref() != Some(self.token.as_str()) {
-            self.lost.store(true, Ordering::Release);
-        }
+        self.0.check(conn).await?;
         self.ensure_held()
-    }
-}
-
-async fn renew(mut conn: Connection, lock: Lock) {
-    loop {
-        tokio::time::sleep(Duration::from_millis(LOCK_TTL_MS / 4)).await;
-        let renewed: redis::RedisResult<i64> =
-            redis::Script::new(RENEW).key(&lock.key).arg(&lock.token).arg(LOCK_TTL_MS).invoke_async(&mut conn).await;
-        match renewed {
-            Ok(0) => {
-                tracing::error!(lock = %lock.key, "the rebuild lock is held by another rebuild; stopping");
-                lock.lost.store(true, Ordering::Release);
-                return;
-            }
-            Ok(2) => tracing::warn!(lock = %lock.key, "Redis lost the rebuild lock; taken again"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "could not renew the rebuild lock"),
-        }
     }
 }
 
