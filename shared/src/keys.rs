@@ -27,7 +27,8 @@
 //! | `P:gN:late` | hash | `<aggregate>:<id>` → organization, of each aggregate that received an event late for a gap (until repaired) |
 //! | `P:gN:{<org>}:hold` | string | the token of the repair holding the organization's writes for its last moments (with a TTL) |
 //! | `P:gN:{apikeys}:hold:<keyId>` | string | the token of the repair holding one API key's writes (with a TTL) |
-//! | `P:gN:{<org>}:repair:<rest>` | any | a repair's staged copy of the organization's key `P:gN:{<org>}:<rest>`, swapped in at its end (with a TTL until then) |
+//! | `P:gN:{<org>}:repairing` | string | the token of the one repair of the organization running (with a TTL) |
+//! | `P:gN:{<org>}:repair:<run>:<rest>` | any | repair `run`'s staged copy of the organization's key `P:gN:{<org>}:<rest>`, swapped in at its end (with a TTL until then) |
 //!
 //! The braces are Redis Cluster hash tags: every key of one organization lives in one slot, so each event
 //! and each page read is one atomic script in one slot; the API-key index lives in a slot of its own.
@@ -114,14 +115,14 @@ impl Keyspace {
         if key == self.meta() || key == self.healing() || key == self.late() {
             return true;
         }
-        // `base:{tag}:position`, `base:{tag}:epoch`, `base:{tag}:hold`, `base:{tag}:repair:…` and
-        // `base:{apikeys}:hold:…`; the tag ends at its first `}` (ids in tags are escaped), so no id
-        // standing last in another key can look like these.
+        // `base:{tag}:position`, `base:{tag}:epoch`, `base:{tag}:hold`, `base:{tag}:repairing`,
+        // `base:{tag}:repair:…` and `base:{apikeys}:hold:…`; the tag ends at its first `}` (ids in tags
+        // are escaped), so no id standing last in another key can look like these.
         let Some(tagged) = key.strip_prefix(&self.base()).and_then(|rest| rest.strip_prefix(":{")) else {
             return false;
         };
         match tagged.split_once('}') {
-            Some((_, ":position" | ":epoch" | ":hold")) => true,
+            Some((_, ":position" | ":epoch" | ":hold" | ":repairing")) => true,
             Some((tag, rest)) => rest.starts_with(":repair:") || (tag == "apikeys" && rest.starts_with(":hold:")),
             None => false,
         }
@@ -149,12 +150,26 @@ impl Keyspace {
         format!("{}:{{apikeys}}:hold:{key_id}", self.base())
     }
 
-    /// The staged copy, in the same slot, of `live`, a key of an organization's slot (`base:{org}:rest`
-    /// becomes `base:{org}:repair:rest`); None for a key of no organization.
-    pub fn staged(&self, live: &str) -> Option<String> {
+    /// Held by the one repair of an organization running (from before it stages anything until its swap):
+    /// a second repair of it waits. Bookkeeping, with a TTL.
+    pub fn repair_lease(&self, org: &str) -> String {
+        format!("{}:repairing", self.org(org))
+    }
+
+    /// The copy staged by repair `run` (a token without `:`), in the same slot, of `live`, a key of an
+    /// organization's slot (`base:{org}:rest` becomes `base:{org}:repair:<run>:rest`); None for a key of
+    /// no organization.
+    pub fn staged(&self, live: &str, run: &str) -> Option<String> {
         let tagged = live.strip_prefix(&self.base())?.strip_prefix(":{")?;
         let (tag, rest) = tagged.split_once('}')?;
-        (tag != "apikeys" && rest.starts_with(':')).then(|| format!("{}:{{{tag}}}:repair{rest}", self.base()))
+        (tag != "apikeys" && rest.starts_with(':')).then(|| format!("{}:{{{tag}}}:repair:{run}{rest}", self.base()))
+    }
+
+    /// The repair run that staged `key`, if it is a staged copy ([`Keyspace::staged`]) of this generation.
+    pub fn staged_by<'k>(&self, key: &'k str) -> Option<&'k str> {
+        let tagged = key.strip_prefix(&self.base())?.strip_prefix(":{")?;
+        let (_, rest) = tagged.split_once('}')?;
+        rest.strip_prefix(":repair:")?.split(':').next()
     }
 
     /// Every key of an organization's slot in this generation matches this pattern (for SCAN), its
@@ -338,12 +353,15 @@ mod tests {
         assert!(!ks.is_bookkeeping(&ks.studies("o")) && !ks.is_bookkeeping(&ks.at(3).healing()));
         assert!(ks.is_bookkeeping(&ks.late()) && ks.is_bookkeeping(&ks.hold("o")));
         assert!(ks.is_bookkeeping(&ks.api_key_hold("k")) && !ks.is_bookkeeping(&ks.aggregate(Topic::ApiKey, "o", "k")));
-        let staged = ks.staged(&ks.transcript("o}:x", "i")).unwrap();
+        let staged = ks.staged(&ks.transcript("o}:x", "i"), "r1").unwrap();
         assert_eq!(hash_tag(&staged), hash_tag(&ks.transcript("o}:x", "i")));
-        assert!(ks.is_bookkeeping(&staged) && staged.ends_with(":repair:transcript:i"), "{staged}");
-        assert_eq!(ks.staged(&ks.api_key_sha("ab")), None);
-        assert_eq!(ks.staged(&ks.late()), None);
-        for id in ["x}:hold", "x}:repair:studies"] {
+        assert!(ks.is_bookkeeping(&staged) && staged.ends_with(":repair:r1:transcript:i"), "{staged}");
+        assert_eq!(ks.staged_by(&staged), Some("r1"));
+        assert_eq!(ks.staged(&ks.api_key_sha("ab"), "r1"), None);
+        assert_eq!(ks.staged(&ks.late(), "r1"), None);
+        assert!(ks.is_bookkeeping(&ks.repair_lease("o")) && ks.staged_by(&ks.repair_lease("o")).is_none());
+        for id in ["x}:hold", "x}:repair:studies", "x}:repairing"] {
+            assert_eq!(ks.staged_by(&ks.aggregate(Topic::Study, "o", id)), None, "{id}");
             assert!(!ks.is_bookkeeping(&ks.aggregate(Topic::Study, "o", id)), "{id}");
         }
     }

@@ -180,6 +180,121 @@ async fn a_repair_killed_halfway_leaves_the_live_data_untouched_and_runs_again()
     live.stop().await;
 }
 
+/// A projector caught up on a scenario of one organization, one of its studies corrupted, and its hold
+/// taken by another holder: a repair started now stages everything, then waits for the hold.
+struct Held {
+    topics: Topics,
+    published: u64,
+    live: runner::Running,
+    keys: Keyspace,
+    org: String,
+    hold: String,
+}
+
+impl Held {
+    async fn start(seed: u64) -> Self {
+        let scenario = Scenario::generate(seed, 1, 10, 3);
+        let org = scenario.organizations()[0].clone();
+        let topics = Topics::holding(&scenario.messages).await;
+        let published = scenario.messages.len() as u64;
+        let live = runner::spawn_caught_up(&topics, published, Duration::from_secs(60)).await;
+        let keys = Keyspace::new(live.prefix().to_string(), 1);
+        let (victim, doc) = scenario.expected(&org).studies[0].clone();
+        corrupt(&keys, &org, &victim, &doc).await;
+        let hold = keys.hold(&org);
+        let _: () = redis::cmd("SET")
+            .arg(&hold)
+            .arg("another")
+            .arg("PX")
+            .arg(60_000)
+            .query_async(&mut redis().await)
+            .await
+            .unwrap();
+        Self { topics, published, live, keys, org, hold }
+    }
+
+    /// A repair of the organization, its standard error written to a file of its own.
+    fn repair(&self) -> (runner::KillOnDrop, std::path::PathBuf) {
+        let log = std::env::temp_dir().join(unique("repair-log"));
+        let args = ["repair", "--organization", self.org.as_str()];
+        let mut command = runner::command(&self.topics, self.live.prefix(), self.live.group(), &args);
+        command.env("RUST_LOG", "info").stdout(Stdio::piped()).stderr(std::fs::File::create(&log).unwrap());
+        (runner::KillOnDrop(command.spawn().unwrap()), log)
+    }
+
+    async fn release(&self) {
+        let _: () = redis().await.del(&self.hold).await.unwrap();
+    }
+
+    async fn equals_a_build_from_scratch(&self) -> bool {
+        let scratch = runner::build_from_scratch(&self.topics, self.published).await;
+        runner::organization_digest(&self.keys, &self.org).await
+            == runner::organization_digest(&scratch, &self.org).await
+    }
+}
+
+/// Waits for a repair process to end; its exit status, standard output and log.
+async fn ended(mut repair: runner::KillOnDrop, log: &std::path::Path) -> (bool, String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(90);
+    let status = loop {
+        if let Some(status) = repair.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(std::time::Instant::now() < deadline, "the repair did not end within 90 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stdout = String::new();
+    std::io::Read::read_to_string(&mut repair.0.stdout.take().unwrap(), &mut stdout).unwrap();
+    (status.success(), format!("{stdout}{}", std::fs::read_to_string(log).unwrap()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_repairs_of_one_organization_at_once_run_one_after_the_other_and_leave_it_whole() {
+    let held = Held::start(0x5eed_0023).await;
+    let (first, first_log) = held.repair();
+    eventually(Duration::from_secs(60), "the first repair to stage the organization", || async {
+        (!staged_keys(&held.keys, &held.org).await.is_empty()).then_some(())
+    })
+    .await;
+    // The second starts while the first waits for the hold with everything staged.
+    let (second, second_log) = held.repair();
+    eventually(Duration::from_secs(60), "the second repair to stage or wait", || async {
+        let log = std::fs::read_to_string(&second_log).unwrap();
+        (log.contains("staged") || log.contains("waiting")).then_some(())
+    })
+    .await;
+    held.release().await;
+    let (first_ok, first_said) = ended(first, &first_log).await;
+    let (second_ok, second_said) = ended(second, &second_log).await;
+    assert!(first_ok && second_ok, "first: {first_said}\nsecond: {second_said}");
+    assert!(staged_keys(&held.keys, &held.org).await.is_empty(), "nothing staged is left behind");
+    assert!(
+        held.equals_a_build_from_scratch().await,
+        "the organization after two repairs is not as built from scratch"
+    );
+    held.live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repair_whose_staging_lost_a_key_swaps_nothing_and_says_which() {
+    let held = Held::start(0x5eed_0024).await;
+    let before = runner::organization_digest(&held.keys, &held.org).await;
+    let (repair, log) = held.repair();
+    let staged = eventually(Duration::from_secs(60), "the repair to stage the organization", || async {
+        let staged = staged_keys(&held.keys, &held.org).await;
+        staged.iter().find(|k| k.ends_with(":study-docs")).cloned()
+    })
+    .await;
+    // As a key lost to its TTL, a failover or a restart.
+    let _: () = redis().await.del(&staged).await.unwrap();
+    held.release().await;
+    let (ok, said) = ended(repair, &log).await;
+    assert!(!ok, "the repair succeeded with a staged key missing: {said}");
+    assert!(said.contains("incomplete") && said.contains("study-docs"), "{said}");
+    assert_eq!(runner::organization_digest(&held.keys, &held.org).await, before, "the live data is as it was");
+    held.live.stop().await;
+}
+
 /// An interview whose third event is poison (a number where a string belongs), then two good ones.
 fn interview_with_poison(org: &str, id: &str, poison: bool) -> Vec<Outgoing> {
     let message = |sequence: u64, text: Value| {

@@ -1,6 +1,8 @@
 //! `repair`: redoes one organization's data, or one aggregate's, from the topics, while the live
 //! projectors go on and the API keeps serving it.
 //!
+//! 0. For an organization: take its repair lease ([`Keyspace::repair_lease`]); a second repair of it
+//!    waits for the first, or is refused. The staged keys carry the run's token.
 //! 1. Read the topics from their earliest offset to their ends as they are now, keeping the target's
 //!    events. An organization's events are told by a byte search for its id before any decoding (a value
 //!    without the id and without a JSON escape cannot be one of them); an aggregate's by the message key.
@@ -11,22 +13,27 @@
 //!    now: every event the live path applied is then folded in, since it was published before the hold.
 //! 5. Swap the staged data in with one script that releases the hold (an aggregate: write it with the
 //!    live path's own script, then release). A reader sees the old data or the repaired, never a mixture.
+//!    The script changes nothing unless the repair still holds both the hold and the lease (neither is
+//!    taken again once lapsed: the live path may have written in the gap) and every staged copy has the
+//!    size the repair staged (none lost to its TTL, a failover or a restart).
 //! 6. API keys, which live in their own slot, are written one at a time with the write script, each
 //!    against the sequence it read, after reading on to the topics' ends again: no hold.
 //!
 //! A repair killed anywhere leaves the live data as it was: staged keys expire (and the next repair
-//! clears them), a hold expires within [`HOLD_TTL`](crate::store::repair::HOLD_TTL).
+//! clears them), a hold expires within [`HOLD_TTL`], the lease within [`LEASE_TTL`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use shared::connection::Connection;
+use shared::lease::Lease;
 use shared::{decode, Decoded, Event, Keyspace, Topic};
 
 use crate::config::Config;
 use crate::fold::{fold, Folded, State};
 use crate::source::{Partition, Reader, Record};
-use crate::store::repair::{self as staging, Renewal};
+use crate::store::repair::{self as staging, HOLD_TTL, LEASE_TTL};
 use crate::store::{self, ScriptReply, Store, StoreError};
 use crate::Error;
 
@@ -133,19 +140,53 @@ fn folded(aggregates: &Aggregates, aggregate: &(Topic, String)) -> Folded {
 
 /// Runs a repair of `target` on the active generation.
 pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
-    let started = Instant::now();
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
     let generation = store::active_generation(&mut conn, &config.key_prefix).await?;
     let keys = Keyspace::new(config.key_prefix.clone(), generation);
-    let mut store = Store::new(conn.clone(), keys.clone());
     let token = uuid::Uuid::new_v4().simple().to_string();
+    // One repair of an organization at a time: its lease is taken before anything is read or staged, so a
+    // second repair never meets (or deletes) the first one's staging.
+    let lease = match &target {
+        Target::Organization(org) => {
+            match staging::take(&mut conn, &keys.repair_lease(org), &token, LEASE_TTL, HOLD_WAIT).await? {
+                Some(lease) => Some(lease),
+                None => {
+                    return Err(Error::Refused(format!(
+                        "another repair of organization {org} is running; try again when it is done"
+                    )))
+                }
+            }
+        }
+        Target::Aggregate(..) => None,
+    };
+    let result = repair(config, &mut conn, &keys, &token, lease.as_ref(), target, progress).await;
+    if let Some(lease) = lease {
+        if let Err(e) = lease.release(&mut conn).await {
+            tracing::warn!(error = %e, "could not release the repair's lease; it expires by itself");
+        }
+    }
+    result
+}
+
+async fn repair(
+    config: &Config,
+    conn: &mut Connection,
+    keys: &Keyspace,
+    token: &str,
+    lease: Option<&Lease>,
+    target: Target,
+    progress: Progress<'_>,
+) -> Result<Report, Error> {
+    let started = Instant::now();
+    let generation = keys.generation();
+    let mut store = Store::new(conn.clone(), keys.clone());
     let topics: Vec<Topic> = match &target {
         Target::Organization(_) => Topic::ALL.to_vec(),
         Target::Aggregate(topic, _) => vec![*topic],
     };
     let owner = match &target {
-        Target::Aggregate(topic, id) => redis::cmd("GET").arg(keys.owner(*topic, id)).query_async(&mut conn).await?,
+        Target::Aggregate(topic, id) => redis::cmd("GET").arg(keys.owner(*topic, id)).query_async(conn).await?,
         Target::Organization(_) => None,
     };
     let mut collected = Collected::new(target.clone(), owner);
@@ -163,42 +204,44 @@ pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Res
     report.organization = org.clone();
     let mut claimed = BTreeSet::new();
     let mut others = BTreeSet::new();
-    claim(&mut conn, &keys, &org, &collected.aggregates, &mut claimed, &mut others).await?;
+    claim(conn, keys, &org, &collected.aggregates, &mut claimed, &mut others).await?;
     let organization = matches!(target, Target::Organization(_));
-    let (mut staged, mut live) = (BTreeSet::new(), BTreeSet::new());
+    let (mut staged, mut live) = (Staged::new(), BTreeSet::new());
     if organization {
-        live = staging::live_keys(&mut conn, &keys, &org).await?;
+        ensure_held(lease)?;
+        live = staging::live_keys(conn, keys, &org).await?;
         let all: Vec<_> = collected.aggregates.keys().cloned().collect();
-        stage(&mut conn, &keys, &org, &collected.aggregates, &all, &others, &mut staged).await?;
+        stage(conn, keys, token, &org, &collected.aggregates, &all, &others, &mut staged).await?;
     }
 
     tracing::info!(elapsed = ?started.elapsed(), "staged");
     // 4 and 5: hold, read on, swap (or write the one aggregate).
     let in_slot = organization || !matches!(target, Target::Aggregate(Topic::ApiKey, _));
     if in_slot {
-        let hold = keys.hold(&org);
-        if !staging::take_hold(&mut conn, &hold, &token, HOLD_WAIT).await? {
+        let Some(hold) = staging::take(conn, &keys.hold(&org), token, HOLD_TTL, HOLD_WAIT).await? else {
             return Err(Error::Refused(format!("another repair holds organization {org}; try again when it is done")));
-        }
-        let renewal = Renewal::start(conn.clone(), hold.clone(), token.clone());
+        };
         let held = Instant::now();
         let mut touched = BTreeSet::new();
         let read_before = report.events_read;
         read_on(&mut reader, &mut marks, &mut total, &mut report, &mut collected, &mut touched, progress)?;
         tracing::info!(organization = %org, events = report.events_read - read_before, "read on under the hold");
-        claim(&mut conn, &keys, &org, &collected.aggregates, &mut claimed, &mut others).await?;
+        claim(conn, keys, &org, &collected.aggregates, &mut claimed, &mut others).await?;
         tracing::info!(elapsed = ?started.elapsed(), "read on under the hold and claimed");
         let outcome = if organization {
             let touched: Vec<_> = touched.into_iter().collect();
-            stage(&mut conn, &keys, &org, &collected.aggregates, &touched, &others, &mut staged).await?;
-            staging::swap(&mut conn, &keys, &org, &token, &staged, &live).await.map(|n| report.keys_swapped = n)
+            stage(conn, keys, token, &org, &collected.aggregates, &touched, &others, &mut staged).await?;
+            if hold.is_lost() || lease.is_some_and(Lease::is_lost) {
+                Err(StoreError::HoldLost)
+            } else {
+                staging::swap(conn, keys, &org, token, &sizes(&staged), &live).await.map(|n| report.keys_swapped = n)
+            }
         } else {
             let aggregate = collected.aggregates.keys().next().cloned().expect("the org came from an event");
-            let result = write_one(&mut store, &org, &aggregate, &collected.aggregates, &token).await;
-            staging::release_hold(&mut conn, &hold, &token).await?;
+            let result = write_one(&mut store, &org, &aggregate, &collected.aggregates, token).await;
+            hold.release(conn).await?;
             result
         };
-        drop(renewal);
         report.held_ms = held.elapsed().as_millis() as u64;
         outcome.map_err(|e| Error::Refused(format!("the repair of {} was not swapped in: {e}", describe(&target))))?;
     }
@@ -220,7 +263,7 @@ pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Res
             read_on(&mut reader, &mut marks, &mut total, &mut report, &mut collected, &mut touched, progress)?;
             let repaired = folded(&collected.aggregates, aggregate);
             let reply = store
-                .write_repaired(Topic::ApiKey, &org, &aggregate.1, stored, repaired, &token)
+                .write_repaired(Topic::ApiKey, &org, &aggregate.1, stored, repaired, token)
                 .await
                 .map_err(refused)?;
             match reply {
@@ -240,9 +283,9 @@ pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Res
     // Repaired: no longer late for a gap.
     let late: Vec<String> = collected.aggregates.keys().map(|(t, id)| Keyspace::late_field(*t, id)).collect();
     if !late.is_empty() {
-        let _: () = redis::cmd("HDEL").arg(keys.late()).arg(&late).query_async(&mut conn).await?;
+        let _: () = redis::cmd("HDEL").arg(keys.late()).arg(&late).query_async(conn).await?;
     }
-    if store::active_generation(&mut conn, &config.key_prefix).await? != generation {
+    if store::active_generation(conn, &config.key_prefix).await? != generation {
         tracing::warn!(
             generation,
             "the active generation changed during the repair; the new one was built from the topics"
@@ -250,6 +293,29 @@ pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Res
     }
     report.seconds = started.elapsed().as_secs_f64();
     Ok(report)
+}
+
+/// What each aggregate put in the staged copies: the live name of each key, with its part of the copy.
+type Staged = BTreeMap<(Topic, String), Vec<(String, u64)>>;
+
+/// The size each staged copy must have: the sum of what the aggregates staged last put in it.
+fn sizes(staged: &Staged) -> BTreeMap<String, u64> {
+    let mut sizes = BTreeMap::new();
+    for (key, size) in staged.values().flatten() {
+        *sizes.entry(key.clone()).or_default() += size;
+    }
+    sizes
+}
+
+/// Stops a repair whose lease on its organization lapsed: another repair may have started meanwhile.
+fn ensure_held(lease: Option<&Lease>) -> Result<(), Error> {
+    match lease {
+        Some(lease) if lease.is_lost() => Err(Error::Refused(format!(
+            "this repair lost {} (it lapsed: the repair stalled, or Redis lost it); nothing was swapped, run it again",
+            lease.key()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 fn refused(e: StoreError) -> Error {
@@ -295,7 +361,7 @@ fn read_on(
 
 /// Records the organization as the owner of the aggregates not claimed yet; notes those others own.
 async fn claim(
-    conn: &mut shared::connection::Connection,
+    conn: &mut Connection,
     keys: &Keyspace,
     org: &str,
     aggregates: &Aggregates,
@@ -314,21 +380,23 @@ async fn claim(
     Ok(())
 }
 
-/// Stages the studies and interviews among `which`.
+/// Stages the studies and interviews among `which` as repair `run`'s.
+#[allow(clippy::too_many_arguments)]
 async fn stage(
-    conn: &mut shared::connection::Connection,
+    conn: &mut Connection,
     keys: &Keyspace,
+    run: &str,
     org: &str,
     aggregates: &Aggregates,
     which: &[(Topic, String)],
     others: &BTreeSet<(Topic, String)>,
-    staged: &mut BTreeSet<String>,
+    staged: &mut Staged,
 ) -> Result<(), Error> {
     let mut commands = Vec::new();
     for aggregate in which.iter().filter(|(t, _)| *t != Topic::ApiKey).filter(|a| !others.contains(*a)) {
-        let (cmds, live) = staging::stage(keys, org, aggregate.0, &aggregate.1, &folded(aggregates, aggregate));
+        let (cmds, live) = staging::stage(keys, run, org, aggregate.0, &aggregate.1, &folded(aggregates, aggregate));
         commands.extend(cmds);
-        staged.extend(live);
+        staged.insert(aggregate.clone(), live);
         if commands.len() >= 2000 {
             conn.query_all(&std::mem::take(&mut commands)).await?;
         }

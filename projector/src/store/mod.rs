@@ -55,9 +55,14 @@ pub enum StoreError {
     Contended(String),
     #[error("aggregate {0} stayed held by a repair")]
     Held(String),
-    /// A repair's hold expired before its swap (the repair was too slow to renew it): nothing was swapped.
-    #[error("the repair's hold on the organization expired before the swap")]
+    /// A repair's hold or lease expired before its swap (the repair was too slow to renew it, or Redis lost
+    /// it): nothing was swapped, and the live path may have written meanwhile.
+    #[error("the repair's hold on the organization lapsed before the swap (it is not taken again: live writes may have been made meanwhile)")]
     HoldLost,
+    /// A staged copy is not what the repair staged (lost to its TTL, a failover or a restart): nothing was
+    /// swapped.
+    #[error("the repair's staged copy of {0} is incomplete (lost to its TTL, a failover or a restart)")]
+    StagingIncomplete(String),
     /// An epoch this projector wrote is gone: Redis lost data since the projector last looked.
     #[error("{0}, written by this projector, is gone")]
     Lost(String),
@@ -92,6 +97,7 @@ impl StoreError {
             StoreError::Contended(_)
             | StoreError::Held(_)
             | StoreError::HoldLost
+            | StoreError::StagingIncomplete(_)
             | StoreError::Lost(_)
             | StoreError::Doubted(_) => false,
         }

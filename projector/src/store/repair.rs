@@ -3,11 +3,12 @@
 //! script, so a reader sees the data before the repair or after it, never a mixture. Also the repaired
 //! write of one aggregate, through the live path's own write script.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, Script, Value};
 use shared::connection::Connection;
+use shared::lease::{Lease, OnLapse};
 use shared::{Keyspace, Topic};
 
 use super::write::{ScriptReply, Write};
@@ -17,34 +18,46 @@ use crate::fold::{Folded, IndexChange, State, TranscriptChange, TRANSCRIPT_HEADE
 /// How long a hold lasts unless renewed: a repair that died releases the organization within this.
 pub const HOLD_TTL: Duration = Duration::from_secs(10);
 
+/// How long a repair's lease on its organization lasts unless renewed (its renewal runs while the repair
+/// reads the topics, which can take minutes).
+pub const LEASE_TTL: Duration = Duration::from_secs(20);
+
 /// How long staged keys live unless swapped in: those of a repair that died go by themselves.
 const STAGED_TTL_MS: u64 = 3_600_000;
 
-/// Takes a hold unless another repair holds it; renews one held with the same token.
-const TAKE: &str = r"
-local held = redis.call('GET', KEYS[1])
-if held and held ~= ARGV[1] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-return 1
-";
-
-/// Releases a hold if it is still this token's.
-const RELEASE: &str = r"
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-";
-
 /// Swaps the staged copies of an organization's keys in.
 const SWAP: &str = r"
--- KEYS[1] the organization's hold, KEYS[2] its epoch, then pairs: a live key and its staged copy.
--- ARGV[1] the repair's token, ARGV[2] the organization's new epoch's token (it keeps the latest occurredAt
--- the live epoch had: `<token>:<microseconds>`).
+-- KEYS[1] the organization's hold, KEYS[2] its repair lease, KEYS[3] its epoch, then pairs: a live key and
+-- this repair's staged copy of it. ARGV[1] the repair's token, ARGV[2] the organization's new epoch's token
+-- (it keeps the latest occurredAt the live epoch had: `<token>:<microseconds>`), then for each pair the
+-- size the staged copy must have: its fields (a hash), its members (a sorted set), 1 (a string) or 0 (none).
 -- A staged copy replaces its live key (RENAME, then PERSIST: the copy had a TTL); a live key without a
--- staged copy is no longer part of the organization's data and is deleted. Nothing happens unless the
--- repair still holds the organization: the live path may have written meanwhile.
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return redis.status_reply('HOLD-LOST') end
+-- staged copy is no longer part of the organization's data and is deleted.
+-- Nothing is written unless every check passes first: the repair still holds the organization and its
+-- lease (else the live path may have written meanwhile), every staged copy is whole (none lost to its TTL,
+-- a failover or a restart), and the user may run every command the swap runs.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] or redis.call('GET', KEYS[2]) ~= ARGV[1] then
+  return redis.status_reply('HOLD-LOST')
+end
+local function size(key)
+  local kind = redis.call('TYPE', key)['ok']
+  if kind == 'hash' then return redis.call('HLEN', key) end
+  if kind == 'zset' then return redis.call('ZCARD', key) end
+  if kind == 'none' then return 0 end
+  return 1
+end
+for i = 4, #KEYS, 2 do
+  local expected = tonumber(ARGV[3 + (i - 4) / 2])
+  if size(KEYS[i + 1]) ~= expected then
+    return redis.status_reply('STAGING-INCOMPLETE ' .. KEYS[i])
+  end
+  if redis.acl_check_cmd and not (redis.acl_check_cmd('RENAME', KEYS[i + 1], KEYS[i])
+      and redis.acl_check_cmd('PERSIST', KEYS[i]) and redis.acl_check_cmd('DEL', KEYS[i])) then
+    return redis.error_reply('NOPERM the swap may not run RENAME, PERSIST or DEL on ' .. KEYS[i])
+  end
+end
 local swapped = 0
-for i = 3, #KEYS, 2 do
+for i = 4, #KEYS, 2 do
   if redis.call('EXISTS', KEYS[i + 1]) == 1 then
     redis.call('RENAME', KEYS[i + 1], KEYS[i])
     redis.call('PERSIST', KEYS[i])
@@ -53,55 +66,37 @@ for i = 3, #KEYS, 2 do
     redis.call('DEL', KEYS[i])
   end
 end
-local before = redis.call('GET', KEYS[2])
+local before = redis.call('GET', KEYS[3])
 local as_of = before and string.match(before, ':(%d+)$')
-redis.call('SET', KEYS[2], ARGV[2] .. ':' .. (as_of or '0'))
+redis.call('SET', KEYS[3], ARGV[2] .. ':' .. (as_of or '0'))
 redis.call('DEL', KEYS[1])
 return swapped
 ";
 
-/// Takes the hold `key` for `token`, waiting up to `wait` while another repair holds it; false if it
-/// still does then.
-pub async fn take_hold(conn: &mut Connection, key: &str, token: &str, wait: Duration) -> redis::RedisResult<bool> {
+/// Takes the lease `key` for `token` (a renewal that finds it lapsed does not take it again), waiting up to
+/// `wait` while another holds it; `None` if another still does then.
+pub async fn take(
+    conn: &mut Connection,
+    key: &str,
+    token: &str,
+    ttl: Duration,
+    wait: Duration,
+) -> redis::RedisResult<Option<Lease>> {
     let started = Instant::now();
+    let mut attempt = 0;
     loop {
-        let taken: i64 =
-            Script::new(TAKE).key(key).arg(token).arg(HOLD_TTL.as_millis() as u64).invoke_async(conn).await?;
-        if taken == 1 {
-            return Ok(true);
+        if let Some(lease) = Lease::try_take(conn, key, token, ttl, OnLapse::Lost).await? {
+            return Ok(Some(lease));
         }
         if started.elapsed() >= wait {
-            return Ok(false);
+            return Ok(None);
         }
+        if attempt == 0 {
+            tracing::info!(lease = key, ?wait, "waiting: another repair holds it");
+        }
+        attempt += 1;
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Renews the hold every third of its TTL until dropped.
-pub struct Renewal(tokio::task::JoinHandle<()>);
-
-impl Renewal {
-    pub fn start(mut conn: Connection, key: String, token: String) -> Self {
-        Self(tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(HOLD_TTL / 3).await;
-                if let Err(e) = take_hold(&mut conn, &key, &token, Duration::ZERO).await {
-                    tracing::warn!(error = %e, "could not renew the repair's hold");
-                }
-            }
-        }))
-    }
-}
-
-impl Drop for Renewal {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-pub async fn release_hold(conn: &mut Connection, key: &str, token: &str) -> redis::RedisResult<()> {
-    let _: i64 = Script::new(RELEASE).key(key).arg(token).invoke_async(conn).await?;
-    Ok(())
 }
 
 /// Records `org` as the owner of each aggregate that has none; returns those another organization owns.
@@ -129,12 +124,13 @@ pub async fn claim_owners(
     Ok(others)
 }
 
-/// The organization's live keys, after deleting whatever a repair of it that died left staged. One SCAN
-/// of the keyspace (of every primary), made before the hold: a key the live path creates afterwards
-/// belongs to an aggregate whose events the repair reads too, so it is among the keys the repair stages.
+/// The organization's live keys, after deleting whatever repairs of it that died left staged (the caller
+/// holds the organization's repair lease: no other repair of it runs). One SCAN of the keyspace (of every
+/// primary), made before the hold: a key the live path creates afterwards belongs to an aggregate whose
+/// events the repair reads too, so it is among the keys the repair stages.
 pub async fn live_keys(conn: &mut Connection, keys: &Keyspace, org: &str) -> redis::RedisResult<BTreeSet<String>> {
     let (staged, live): (Vec<String>, Vec<String>) =
-        conn.scan(&keys.org_pattern(org)).await?.into_iter().partition(|k| k.contains("}:repair:"));
+        conn.scan(&keys.org_pattern(org)).await?.into_iter().partition(|k| keys.staged_by(k).is_some());
     for chunk in staged.chunks(500) {
         let unlinks: Vec<Cmd> = chunk.iter().map(|k| one("UNLINK", k)).collect();
         conn.query_all(&unlinks).await?;
@@ -142,17 +138,25 @@ pub async fn live_keys(conn: &mut Connection, keys: &Keyspace, org: &str) -> red
     Ok(live.into_iter().filter(|k| !keys.is_bookkeeping(k)).collect())
 }
 
-/// The commands that make the staged copy of the organization's data hold `folded` for one study or
-/// interview, whatever the copy held for it before; and the live names of the keys they touch.
-pub fn stage(keys: &Keyspace, org: &str, topic: Topic, id: &str, folded: &Folded) -> (Vec<Cmd>, Vec<String>) {
-    let staged = |live: &str| keys.staged(live).expect("an organization's key");
+/// The commands that make repair `run`'s staged copy of the organization's data hold `folded` for one study
+/// or interview, whatever the copy held for it before; and the live names of the keys they touch, each with
+/// what this aggregate puts in its copy (fields or members, 1 for a string, 0 for nothing).
+pub fn stage(
+    keys: &Keyspace,
+    run: &str,
+    org: &str,
+    topic: Topic,
+    id: &str,
+    folded: &Folded,
+) -> (Vec<Cmd>, Vec<(String, u64)>) {
+    let staged = |live: &str| keys.staged(live, run).expect("an organization's key");
     let (mut commands, mut live) = (Vec::new(), Vec::new());
     let state_key = keys.aggregate(topic, org, id);
     let state = serde_json::to_string(&folded.state).expect("state always serializes");
     let mut hset = redis::cmd("HSET");
     hset.arg(staged(&state_key)).arg("seq").arg(folded.sequence).arg("state").arg(state);
     commands.push(hset);
-    live.push(state_key);
+    live.push((state_key, 2));
     let documents = match topic {
         Topic::Study => keys.study_documents(org),
         _ => keys.interview_documents(org),
@@ -161,7 +165,7 @@ pub fn stage(keys: &Keyspace, org: &str, topic: Topic, id: &str, folded: &Folded
         Some(doc) => commands.push(redis::cmd("HSET").arg(staged(&documents)).arg(id).arg(doc).clone()),
         None => commands.push(redis::cmd("HDEL").arg(staged(&documents)).arg(id).clone()),
     }
-    live.push(documents);
+    live.push((documents, folded.document.is_some() as u64));
     let index = match &folded.state {
         State::Study(_) => Some(keys.studies(org)),
         State::Interview(i) => i.study_id.as_deref().map(|study| keys.interviews(org, study)),
@@ -174,7 +178,7 @@ pub fn stage(keys: &Keyspace, org: &str, topic: Topic, id: &str, folded: &Folded
             }
             _ => commands.push(redis::cmd("ZREM").arg(staged(&index)).arg(id).clone()),
         }
-        live.push(index);
+        live.push((index, matches!(folded.index, IndexChange::Add(_)) as u64));
     }
     if topic == Topic::Interview {
         let transcript = keys.transcript(org, id);
@@ -183,35 +187,40 @@ pub fn stage(keys: &Keyspace, org: &str, topic: Topic, id: &str, folded: &Folded
                 .push(redis::cmd("SET").arg(staged(&transcript)).arg(format!("{TRANSCRIPT_HEADER}{cues}")).clone()),
             _ => commands.push(one("DEL", &staged(&transcript))),
         }
-        live.push(transcript);
+        live.push((transcript, matches!(folded.transcript, TranscriptChange::Append(_)) as u64));
     }
-    for key in &live {
+    for (key, _) in &live {
         commands.push(redis::cmd("PEXPIRE").arg(staged(key)).arg(STAGED_TTL_MS).clone());
     }
     (commands, live)
 }
 
-/// Swaps the staged copy of `org`'s data in, provided the repair still holds it: every key of `staged`
-/// (live names) and every other key of `live` (found by [`live_keys`]). The hold is released with it.
+/// Swaps repair `token`'s staged copy of `org`'s data in, provided the repair still holds the organization
+/// and its lease and the copy is whole: every key of `staged` (live names, with the size its copy must
+/// have) and every other key of `live` (found by [`live_keys`]). The hold is released with it.
 pub async fn swap(
     conn: &mut Connection,
     keys: &Keyspace,
     org: &str,
     token: &str,
-    staged: &BTreeSet<String>,
+    staged: &BTreeMap<String, u64>,
     live: &BTreeSet<String>,
 ) -> Result<usize, StoreError> {
-    let live: BTreeSet<&String> = live.iter().chain(staged).collect();
+    let live: BTreeSet<&String> = live.iter().chain(staged.keys()).collect();
     let script = Script::new(SWAP);
     let mut invocation = script.prepare_invoke();
-    invocation.key(keys.hold(org)).key(keys.org_epoch(org));
-    for key in &live {
-        invocation.key(key).key(keys.staged(key).expect("an organization's key"));
-    }
+    invocation.key(keys.hold(org)).key(keys.repair_lease(org)).key(keys.org_epoch(org));
     invocation.arg(token).arg(uuid::Uuid::new_v4().simple().to_string());
+    for key in &live {
+        invocation.key(key).key(keys.staged(key, token).expect("an organization's key"));
+        invocation.arg(staged.get(*key).copied().unwrap_or(0));
+    }
     match invocation.invoke_async::<Value>(conn).await? {
         Value::Int(swapped) => Ok(swapped as usize),
         Value::SimpleString(status) if status == "HOLD-LOST" => Err(StoreError::HoldLost),
+        Value::SimpleString(status) if status.starts_with("STAGING-INCOMPLETE ") => {
+            Err(StoreError::StagingIncomplete(status["STAGING-INCOMPLETE ".len()..].to_string()))
+        }
         other => Err(StoreError::Script(super::write::ReplyError::new(other))),
     }
 }
