@@ -8,21 +8,22 @@ use std::process::Command;
 use std::time::Duration;
 
 use end_to_end::api::World;
-use end_to_end::events::sha256_hex;
+use end_to_end::events::{event, sha256_hex, Outgoing};
 use end_to_end::fixture::{self, ACME, ACME_KEY};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::rediss::{admin, connect_as, prefix, projector_args, run_projector, tls, USERS};
 use end_to_end::runner::{self, KillOnDrop};
 use end_to_end::{env, eventually, unique};
-use redis::Value;
+use redis::Value as Reply;
+use serde_json::{json, Value};
 use shared::connection::Connection;
-use shared::Keyspace;
+use shared::{Keyspace, Topic};
 
 /// What `ACL DRYRUN` says of `user` running `command`: `None` when it may.
 async fn dry_run(admin: &mut Connection, user: &str, command: &[&str]) -> Option<String> {
-    let reply: Value = redis::cmd("ACL").arg("DRYRUN").arg(user).arg(command).query_async(admin).await.unwrap();
+    let reply: Reply = redis::cmd("ACL").arg("DRYRUN").arg(user).arg(command).query_async(admin).await.unwrap();
     match reply {
-        Value::Okay => None,
+        Reply::Okay => None,
         other => Some(redis::from_redis_value::<String>(other).unwrap_or_else(|e| format!("{e}"))),
     }
 }
@@ -60,12 +61,12 @@ async fn the_users_may_not_flush_reconfigure_run_their_own_scripts_or_reach_othe
     // cannot write either, since a script may run only its user's commands.
     let (mut projector, mut api) =
         (connect_as(&env("REDIS_PROJECTOR_TLS_URL")).await, connect_as(&env("REDIS_QUERY_API_TLS_URL")).await);
-    let refused = |result: redis::RedisResult<Value>| result.is_err_and(|e| e.code() == Some("NOPERM"));
+    let refused = |result: redis::RedisResult<Reply>| result.is_err_and(|e| e.code() == Some("NOPERM"));
     assert!(refused(redis::cmd("CONFIG").arg("GET").arg("maxmemory").query_async(&mut projector).await));
     assert!(refused(redis::cmd("GET").arg("elsewhere:x").query_async(&mut projector).await));
     assert!(refused(redis::cmd("SET").arg(&key).arg(1).query_async(&mut api).await));
     let write = redis::Script::new("return redis.call('SET', KEYS[1], 'written')");
-    let scripted: redis::RedisResult<Value> = write.key(&key).invoke_async(&mut api).await;
+    let scripted: redis::RedisResult<Reply> = write.key(&key).invoke_async(&mut api).await;
     assert!(scripted.as_ref().is_err_and(|e| e.to_string().contains("can't run this command")), "{scripted:?}");
     let _: () = redis::cmd("SET").arg(&key).arg("by the projector").query_async(&mut projector).await.unwrap();
     let read: String = redis::cmd("GET").arg(&key).query_async(&mut api).await.unwrap();
@@ -132,12 +133,33 @@ async fn a_projector_whose_user_may_not_run_info_projects_heals_and_says_so_once
     std::fs::remove_file(&log).unwrap();
 }
 
+/// `s_acl` of ACME, completed, then retitled at sequence 4 (with a number for a title when `poison`) and 5.
+fn retitled_twice(poison: bool) -> Vec<Outgoing> {
+    let title = if poison { json!(42) } else { json!("fixed") };
+    let retitle = |sequence: u64, title: Value| {
+        event(
+            Topic::Study,
+            ACME,
+            "s_acl",
+            sequence,
+            "study.retitled",
+            "2026-04-01T00:00:00Z",
+            json!({"internalTitle": title}),
+        )
+    };
+    let mut messages = fixture::completed_study(ACME, "s_acl", "2026-03-09T00:00:00Z").messages;
+    messages.extend([retitle(4, title), retitle(5, json!("last"))]);
+    messages
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_projectors_operator_commands_run_as_its_user() {
     let url = env("REDIS_PROJECTOR_TLS_URL");
     let (projector_url, api_url) = (url.clone(), env("REDIS_QUERY_API_TLS_URL"));
+    let mut messages = fixture::dataset();
+    messages.extend(retitled_twice(true));
     let world = World::start_configured(
-        &fixture::dataset(),
+        &messages,
         &prefix(),
         |projector| {
             (projector.redis_url, projector.redis_cluster, projector.redis_tls) =
@@ -152,16 +174,33 @@ async fn the_projectors_operator_commands_run_as_its_user() {
     let mut admin = admin().await;
     let expected = runner::digest_of(&mut admin, &Keyspace::new(world.prefix.clone(), 2)).await.unwrap();
     let ca = env("TLS_CA_FILE");
-    for command in [&["digest"][..], &["status"], &["dlq", "list"]] {
-        let extra: Vec<&str> = ["--redis-ca-file", ca.as_str()].into_iter().chain(command.iter().copied()).collect();
-        let output = run_projector(&world.topics, &world.prefix, &url, &extra).await;
-        let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
-        assert!(output.status.success(), "{command:?}: {stdout}{stderr}");
-        if command == ["digest"] {
-            assert!(stdout.contains(&expected.sha256), "{stdout} is not {expected}");
+    let run = |command: Vec<String>| {
+        let (topics, prefix, url, ca) = (world.topics.clone(), world.prefix.clone(), url.clone(), ca.clone());
+        async move {
+            let extra: Vec<&str> =
+                ["--redis-ca-file", ca.as_str()].into_iter().chain(command.iter().map(String::as_str)).collect();
+            let output = run_projector(&topics, &prefix, &url, &extra).await;
+            let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+            assert!(output.status.success(), "{command:?}: {stdout}{stderr}");
+            stdout.into_owned()
         }
-    }
+    };
+    let words = |line: &str| line.split(' ').map(String::from).collect::<Vec<_>>();
+    assert!(run(words("digest")).await.contains(&expected.sha256), "the digest is not {expected}");
+    run(words("status")).await;
+    let listed: Value = serde_json::from_str(&run(words("dlq list -o json")).await).unwrap();
+    let letter = &listed.as_array().expect("dead letters")[0];
+    let at = format!("{}/{}@{}", letter["topic"].as_str().unwrap(), letter["partition"], letter["offset"]);
+    let file = std::env::temp_dir().join(unique("fixed-title"));
+    std::fs::write(&file, &retitled_twice(false)[3].value).unwrap();
+    let replayed: Value =
+        serde_json::from_str(&run(words(&format!("dlq replay --corrected {at}={} -o json", file.display()))).await)
+            .unwrap();
+    assert!(replayed["repaired"].as_u64().unwrap() + replayed["applied"].as_u64().unwrap() >= 1, "{replayed}");
+    let repaired = run(words(&format!("repair --organization {ACME}"))).await;
+    assert!(repaired.contains(&format!("repaired organization {ACME}")), "{repaired}");
     assert_eq!(world.app.json("/v1/studies", ACME_KEY).await.0, 200, "the API serves the new generation");
+    assert_eq!(world.app.json("/v1/studies/s_acl", ACME_KEY).await.1["internalTitle"], "last");
 }
 
 /// The TLS port of the stack's Redis.
