@@ -54,11 +54,19 @@ pub struct Config {
     #[arg(long, env = "RATE_LIMIT_BURST", default_value_t = 50)]
     pub rate_limit_burst: u32,
 
-    /// Lookups in Redis that find no key, per second, for the whole instance (a token bucket of as many).
-    /// Past it, keys not kept in memory are not looked up until a token is back: the answer is 503 with
-    /// Retry-After. Keys kept in memory are never throttled. 0 for no throttle.
-    #[arg(long, env = "UNKNOWN_KEYS_PER_SECOND", default_value_t = 200)]
+    /// Lookups in Redis that find no key, per second, for each client (its address, an IPv6 one by its
+    /// /64; a token bucket of as many). Past it, that client's keys not kept in memory are not looked up
+    /// until a token is back: the answer is 429 with Retry-After. Other clients are not affected, and keys
+    /// kept in memory are never throttled. 0 for no throttle.
+    #[arg(long, env = "UNKNOWN_KEYS_PER_SECOND", default_value_t = 20)]
     pub unknown_keys_per_second: u32,
+
+    /// Proxies in front of the API whose `X-Forwarded-For` is believed, as comma-separated addresses or
+    /// CIDR blocks (e.g. `10.0.0.0/8,fd00::/8`). A request from one of them is the client's named last in
+    /// that header that is not a trusted proxy itself; from anywhere else, the connection's peer. Empty (the
+    /// default): the peer, whatever the header says.
+    #[arg(long, env = "TRUSTED_PROXIES", value_delimiter = ',', value_parser = parse_net)]
+    pub trusted_proxies: Vec<ipnet::IpNet>,
 
     /// Most API keys kept in memory, so that a request authenticates without a Redis round trip; 0 asks
     /// Redis on every request. Redis pushes a key's change the moment it happens (client tracking), which
@@ -166,6 +174,14 @@ impl Config {
     pub fn generation_refresh(&self) -> Duration {
         Duration::from_millis(self.generation_refresh_ms)
     }
+}
+
+/// A CIDR block, or one address (a block of one).
+fn parse_net(text: &str) -> Result<ipnet::IpNet, String> {
+    let text = text.trim();
+    text.parse::<ipnet::IpNet>()
+        .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+        .map_err(|_| format!("{text:?} is neither an address nor a CIDR block"))
 }
 
 #[cfg(test)]

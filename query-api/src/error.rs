@@ -26,8 +26,8 @@ pub enum ApiError {
     /// The key's rate limit is spent; a token comes back after this long.
     #[error("rate limit exceeded")]
     TooManyRequests(Duration),
-    /// Too many unknown API keys were looked up lately: 503 with `Retry-After`.
-    #[error("too many unknown API keys lately")]
+    /// The client sent too many unknown API keys lately: 429 with `Retry-After`.
+    #[error("too many unknown API keys from this client lately")]
     Throttled(Duration),
     /// Redis unreachable, slow or failing: the client should retry with backoff.
     #[error("read model unavailable: {0}")]
@@ -75,10 +75,10 @@ impl IntoResponse for ApiError {
                     tracing::warn!(
                         ?wait,
                         skipped,
-                        "API keys not kept in memory are not looked up for a while: too many unknown ones"
+                        "a client's API keys not kept in memory are not looked up for a while: it sent too many unknown ones"
                     );
                 }
-                let mut response = unavailable();
+                let mut response = error(StatusCode::TOO_MANY_REQUESTS, crate::api::openapi::examples::UNKNOWN_KEYS);
                 response.headers_mut().insert("retry-after", retry_after(wait).into());
                 response
             }

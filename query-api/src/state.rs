@@ -74,6 +74,7 @@ impl AppState {
             (config.api_key_cache_size > 0).then(|| tracker.clone()),
             RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst),
             UnknownKeys::new(config.unknown_keys_per_second),
+            config.trusted_proxies.clone(),
             metrics.clone(),
         );
         let read_cache = ReadCache::new(budget);
@@ -172,6 +173,9 @@ impl AppState {
             ticker.tick().await;
             if let Some(limit) = self.auth.rate_limit() {
                 limit.prune();
+            }
+            if let Some(unknown) = self.auth.unknown_keys() {
+                unknown.prune(std::time::Instant::now());
             }
         }
     }

@@ -225,6 +225,46 @@ async fn with_a_per_key_rate_limit_a_key_past_its_burst_gets_429_with_retry_afte
     }
 }
 
+/// A GET of the studies with `key`, from the client `forwarded_for` names; its status.
+async fn studies_for(app: &end_to_end::api::TestApp, key: &str, forwarded_for: &str) -> u16 {
+    let url = format!("{}/v1/studies", app.address);
+    let request = app.client.get(url).bearer_auth(key).header("X-Forwarded-For", forwarded_for);
+    request.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_sending_random_keys_is_throttled_alone_and_valid_keys_of_others_are_looked_up() {
+    let world = World::start(&fixture::dataset()).await;
+    let mut throttled = config(&world.prefix, &env("REDIS_URL"));
+    // Every key is looked up in Redis (none kept in memory); the tests' loopback is the trusted proxy.
+    (throttled.api_key_cache_size, throttled.unknown_keys_per_second) = (0, 1);
+    throttled.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    let app = spawn_app(throttled).await;
+    let (abuser, other) = ("203.0.113.7", "198.51.100.1");
+    // The abuser's random keys are refused, then throttled with a client error, not a 503; while it is,
+    // its own valid key waits too (its bucket refills once a second: asked again if it did meanwhile).
+    eventually(Duration::from_secs(20), "the abuser throttled", || async {
+        let status = studies_for(&app, &unique("random-key"), &format!("1.2.3.4, {abuser}")).await;
+        assert!(status == 401 || status == 429, "{status}");
+        (status == 429 && studies_for(&app, ACME_KEY, abuser).await == 429).then_some(())
+    })
+    .await;
+    // Another client's valid key is looked up and served, every time.
+    for _ in 0..20 {
+        assert_eq!(studies_for(&app, ACME_KEY, other).await, 200, "another client shut out by the abuser");
+    }
+    // Without a trusted proxy, the header is the client's word: every request is the loopback peer's.
+    let mut untrusted = config(&world.prefix, &env("REDIS_URL"));
+    (untrusted.api_key_cache_size, untrusted.unknown_keys_per_second) = (0, 1);
+    let app = spawn_app(untrusted).await;
+    eventually(Duration::from_secs(20), "the peer throttled, whatever it forwards", || async {
+        (studies_for(&app, &unique("random-key"), abuser).await == 429
+            && studies_for(&app, ACME_KEY, other).await == 429)
+            .then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_stops_reading_a_long_answer_holds_a_stopping_api_no_longer_than_its_drain() {
     use end_to_end::api::ApiProcess;

@@ -3,7 +3,9 @@
 //! the body written from the stored bytes (`super::json`) with fresh video links (`crate::links`).
 
 use axum::extract::rejection::PathRejection;
-use axum::extract::{FromRequestParts, OriginalUri, Path, RawQuery, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, FromRequestParts, OriginalUri, Path, RawQuery, State};
 use axum::http::request::Parts;
 use axum::http::{header, HeaderValue, Uri};
 use axum::response::{IntoResponse, Response};
@@ -30,7 +32,9 @@ impl FromRequestParts<AppState> for Organization {
     async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
         let key = credential(&parts.headers).ok_or(ApiError::Unauthorized)?;
         let keys = state.keyspace().await?;
-        let found = state.auth.organization(key, keys).await;
+        let peer = parts.extensions.get::<ConnectInfo<SocketAddr>>().map(|info| info.0);
+        let client = state.auth.client(peer, &parts.headers);
+        let found = state.auth.organization(key, client, keys).await;
         let standing = match &found {
             Ok(org) => org.standing,
             Err(AuthError::RateLimited(refused)) => Some(refused.standing),

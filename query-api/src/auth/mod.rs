@@ -3,6 +3,7 @@
 //! Redis, then the throttles ([`rate_limit`]). The SHA-256 and its organization may be kept in memory;
 //! the key never is.
 
+pub mod client;
 pub mod credential;
 pub mod rate_limit;
 
@@ -15,6 +16,7 @@ use shared::Keyspace;
 use crate::metrics::Metrics;
 use crate::read::model::{self, ReadModel};
 use crate::read::push::{Kind, Tracker};
+use client::Client;
 use rate_limit::{RateLimit, Refused, Standing, UnknownKeys};
 
 /// The organization the request's API key belongs to, and the read-model generation the request reads.
@@ -34,8 +36,9 @@ pub enum AuthError {
     /// The key's rate limit is spent; a token comes back after `wait`.
     #[error("rate limit exceeded")]
     RateLimited(Refused),
-    /// Too many unknown keys were looked up lately: keys not kept in memory are not looked up for this long.
-    #[error("too many unknown API keys lately")]
+    /// The client sent too many unknown keys lately: its keys not kept in memory are not looked up for this
+    /// long.
+    #[error("too many unknown API keys from this client lately")]
     Throttled(Duration),
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
@@ -47,6 +50,8 @@ pub struct Auth {
     kept: Option<Tracker>,
     per_key: Option<RateLimit>,
     unknown: Option<UnknownKeys>,
+    /// The proxies whose `X-Forwarded-For` names the client.
+    trusted_proxies: Vec<ipnet::IpNet>,
     metrics: Arc<Metrics>,
 }
 
@@ -56,9 +61,15 @@ impl Auth {
         kept: Option<Tracker>,
         per_key: Option<RateLimit>,
         unknown: Option<UnknownKeys>,
+        trusted_proxies: Vec<ipnet::IpNet>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { model, kept, per_key, unknown, metrics }
+        Self { model, kept, per_key, unknown, trusted_proxies, metrics }
+    }
+
+    /// Who sent a request from `peer` with `headers` ([`client`]).
+    pub fn client(&self, peer: Option<std::net::SocketAddr>, headers: &axum::http::HeaderMap) -> Client {
+        Client::from_request(peer, headers, &self.trusted_proxies)
     }
 
     /// The per-key rate limit, when one is configured.
@@ -66,8 +77,14 @@ impl Auth {
         self.per_key.as_ref()
     }
 
-    /// The organization of an API key (a request's [`credential`]) in the generation `keys` is of.
-    pub async fn organization(&self, key: &str, keys: Keyspace) -> Result<Organization, AuthError> {
+    /// The throttle of unknown keys, when one is configured.
+    pub fn unknown_keys(&self) -> Option<&UnknownKeys> {
+        self.unknown.as_ref()
+    }
+
+    /// The organization of an API key (a request's [`credential`]), sent by `client`, in the generation
+    /// `keys` is of.
+    pub async fn organization(&self, key: &str, client: Client, keys: Keyspace) -> Result<Organization, AuthError> {
         let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
         let sha256 = hex::encode(digest);
         let entry = keys.api_key_sha(&sha256);
@@ -83,7 +100,7 @@ impl Auth {
             None => {
                 let now = Instant::now();
                 if let Some(unknown) = &self.unknown {
-                    unknown.admits(now).map_err(AuthError::Throttled)?;
+                    unknown.admits(client, now).map_err(AuthError::Throttled)?;
                 }
                 self.metrics.key_lookups_redis.inc();
                 let org = self.model.organization_of(&keys, &sha256).await?;
@@ -93,7 +110,7 @@ impl Auth {
                 }
                 let Some(id) = org else {
                     if let Some(unknown) = &self.unknown {
-                        unknown.unknown(now);
+                        unknown.unknown(client, now);
                     }
                     return Err(AuthError::Unauthorized);
                 };

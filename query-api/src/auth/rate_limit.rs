@@ -4,13 +4,15 @@
 //!   at once, refilled at `RATE_LIMIT_PER_SECOND`; a request past it is answered 429 with `Retry-After`.
 //!   Only keys that authenticated get a state, so their number is bounded by the keys there are; states
 //!   idle long enough to be full again are dropped in the background ([`RateLimit::prune`]).
-//! - lookups of unknown keys: each lookup in Redis that finds no key takes a token of one bucket for the
-//!   whole instance (`UNKNOWN_KEYS_PER_SECOND`); while it is empty, keys not kept in memory are not looked
-//!   up, and the request is answered 503 with `Retry-After`. Keys kept in memory are never throttled.
+//! - lookups of unknown keys: each lookup in Redis that finds no key takes a token of its client's bucket
+//!   (`UNKNOWN_KEYS_PER_SECOND`, per [`Client`]); while it is empty, that client's keys not kept in memory
+//!   are not looked up, and its request is answered 429 with `Retry-After`. One client sending random
+//!   keys is throttled alone; keys kept in memory are never throttled.
 //!
 //! A key's standing after each request is reported in the `RateLimit-Policy` and `RateLimit` headers
 //! ([`RateLimit::policy`], [`Standing::header`]), so clients can pace themselves before a 429.
 
+use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -18,8 +20,9 @@ use std::time::{Duration, Instant};
 use governor::clock::{Clock, DefaultClock};
 use governor::middleware::{NoOpMiddleware, StateInformationMiddleware};
 use governor::state::keyed::DefaultKeyedStateStore;
-use governor::state::{InMemoryState, NotKeyed};
 use governor::{Quota, RateLimiter};
+
+use super::client::Client;
 
 /// One state per API key (by its SHA-256), which reports what is left after each request.
 type PerKey<C> = RateLimiter<[u8; 32], DefaultKeyedStateStore<[u8; 32]>, C, StateInformationMiddleware>;
@@ -145,12 +148,12 @@ impl<C: Clock + Clone> RateLimit<C> {
     }
 }
 
-/// The throttle of lookups of unknown keys.
+/// The throttle of lookups of unknown keys, one bucket per client.
 pub struct UnknownKeys<C: Clock = DefaultClock> {
-    limiter: RateLimiter<NotKeyed, InMemoryState, C, NoOpMiddleware<C::Instant>>,
+    limiter: RateLimiter<Client, DefaultKeyedStateStore<Client>, C, NoOpMiddleware<C::Instant>>,
     clock: C,
-    /// Until when lookups are refused, once the bucket is empty.
-    closed_until: Mutex<Option<Instant>>,
+    /// Until when each client whose bucket is empty has its lookups refused.
+    closed: Mutex<HashMap<Client, Instant>>,
 }
 
 impl UnknownKeys {
@@ -162,24 +165,39 @@ impl UnknownKeys {
 
 impl<C: Clock + Clone> UnknownKeys<C> {
     fn with_clock(per_second: u32, clock: C) -> Option<Self> {
-        let limiter = RateLimiter::direct_with_clock(quota(per_second, per_second)?, clock.clone());
-        Some(Self { limiter, clock, closed_until: Mutex::new(None) })
+        let limiter =
+            RateLimiter::new(quota(per_second, per_second)?, DefaultKeyedStateStore::default(), clock.clone());
+        Some(Self { limiter, clock, closed: Mutex::new(HashMap::new()) })
     }
 
-    /// Whether a key not kept in memory may be looked up at `now`; if not, for how long it may not.
-    pub fn admits(&self, now: Instant) -> Result<(), Duration> {
-        match *self.closed_until.lock().expect("unknown keys") {
-            Some(until) if until > now => Err(until - now),
+    /// Whether a key not kept in memory may be looked up for `client` at `now`; if not, for how long it may
+    /// not.
+    pub fn admits(&self, client: Client, now: Instant) -> Result<(), Duration> {
+        match self.closed.lock().expect("unknown keys").get(&client) {
+            Some(until) if *until > now => Err(*until - now),
             _ => Ok(()),
         }
     }
 
-    /// Counts a lookup at `now` that found no key.
-    pub fn unknown(&self, now: Instant) {
-        if let Err(not_until) = self.limiter.check() {
+    /// Counts a lookup for `client` at `now` that found no key.
+    pub fn unknown(&self, client: Client, now: Instant) {
+        if let Err(not_until) = self.limiter.check_key(&client) {
             let wait = not_until.wait_time_from(self.clock.now());
-            *self.closed_until.lock().expect("unknown keys") = Some(now + wait);
+            self.closed.lock().expect("unknown keys").insert(client, now + wait);
         }
+    }
+
+    /// Drops the buckets of clients idle long enough to be full again, and the refusals that ended.
+    pub fn prune(&self, now: Instant) {
+        self.closed.lock().expect("unknown keys").retain(|_, until| *until > now);
+        self.limiter.retain_recent();
+        self.limiter.shrink_to_fit();
+    }
+
+    /// Clients with a bucket or a refusal kept.
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        self.limiter.len() + self.closed.lock().expect("unknown keys").len()
     }
 }
 
@@ -266,19 +284,27 @@ mod tests {
     }
 
     #[test]
-    fn past_its_rate_of_unknown_keys_an_instance_looks_up_no_key_it_does_not_keep_for_a_while() {
+    fn past_its_rate_of_unknown_keys_a_client_gets_no_key_looked_up_for_a_while_and_others_do() {
         let clock = FakeRelativeClock::default();
         let throttle = UnknownKeys::with_clock(10, clock.clone()).expect("on");
+        let (abuser, other) = (Client::of([203, 0, 113, 7].into()), Client::of([198, 51, 100, 1].into()));
         let t0 = Instant::now();
         for _ in 0..10 {
-            assert_eq!(throttle.admits(t0), Ok(()));
-            throttle.unknown(t0);
+            assert_eq!(throttle.admits(abuser, t0), Ok(()));
+            throttle.unknown(abuser, t0);
         }
-        assert_eq!(throttle.admits(t0), Ok(()), "the burst is spent, not yet exceeded");
-        throttle.unknown(t0);
-        let wait = throttle.admits(t0).unwrap_err();
+        assert_eq!(throttle.admits(abuser, t0), Ok(()), "the burst is spent, not yet exceeded");
+        throttle.unknown(abuser, t0);
+        let wait = throttle.admits(abuser, t0).unwrap_err();
         assert_eq!(wait, Duration::from_millis(100), "one lookup every tenth of a second");
-        assert_eq!(throttle.admits(t0 + wait), Ok(()));
+        assert_eq!(throttle.admits(other, t0), Ok(()), "another client is not affected");
+        throttle.unknown(other, t0);
+        assert_eq!(throttle.admits(other, t0), Ok(()), "and has its own bucket");
+        assert_eq!(throttle.admits(abuser, t0 + wait), Ok(()));
+        // Once every bucket is full again, nothing is kept of either client.
+        clock.advance(Duration::from_secs(2));
+        throttle.prune(t0 + Duration::from_secs(2));
+        assert_eq!(throttle.kept(), 0);
         assert!(UnknownKeys::new(0).is_none());
     }
 }

@@ -8,7 +8,7 @@ use std::pin::pin;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -29,9 +29,9 @@ pub async fn serve(
     let graceful = GracefulShutdown::new();
     let mut shutdown = pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok(accepted) => accepted,
                 Err(e) => {
                     // Out of file descriptors and the like: wait a little rather than spin.
                     tracing::warn!(error = %e, "could not accept a connection");
@@ -41,7 +41,12 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
-        let service = router.clone().map_request(|request: Request<Incoming>| request.map(Body::new));
+        // The peer's address, as axum's `ConnectInfo` (the throttle of unknown keys is per client).
+        let service = router.clone().map_request(move |request: Request<Incoming>| {
+            let mut request = request.map(Body::new);
+            request.extensions_mut().insert(ConnectInfo(peer));
+            request
+        });
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(header_timeout)

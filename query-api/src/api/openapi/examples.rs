@@ -9,6 +9,8 @@ use crate::api::pagination::Pagination;
 pub const UNAUTHORIZED: &str = "missing or invalid API key";
 /// The body of a 429.
 pub const TOO_MANY_REQUESTS: &str = "rate limit exceeded for this API key";
+/// The body of a 429 for a client that sent too many unknown keys (the response's description says so).
+pub const UNKNOWN_KEYS: &str = "too many unknown API keys from this client";
 /// The body of a 500.
 pub const INTERNAL: &str = "internal error";
 /// The body of a 503.

@@ -120,8 +120,9 @@ impl Modify for Headers {
                 .build()
         };
         let too_many = error(
-            "This API key's request rate is spent: retry after `Retry-After` seconds (only while the server \
-             limits each key's request rate)",
+            "This API key's request rate is spent (only while the server limits each key's request rate), or \
+             this client sent too many unknown API keys lately (body `too many unknown API keys from this \
+             client`): retry after `Retry-After` seconds",
         );
         let internal = error("Unexpected server error; retry with backoff");
         for item in openapi.paths.paths.values_mut() {

@@ -286,8 +286,9 @@ fn the_error_examples_are_the_bodies_the_api_sends() {
         sent(ApiError::Internal("a bug".into())),
         sent(ApiError::Overloaded("too many requests in flight")),
         sent(ApiError::NotReady("no generation")),
-        sent(ApiError::Throttled(Duration::from_secs(3))),
     ];
+    let throttled = sent(ApiError::Throttled(Duration::from_secs(3)));
+    assert_eq!(throttled, ("429".into(), examples::error(examples::UNKNOWN_KEYS)));
     for (path, item) in doc["paths"].as_object().unwrap() {
         let responses = &item["get"]["responses"];
         let example = |status: &str| responses[status]["content"]["application/json"]["example"].clone();
