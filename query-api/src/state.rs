@@ -45,6 +45,8 @@ pub struct Parts {
     /// How fresh the served generation is, as its projectors last reported.
     pub freshness: Latest,
     pub metrics: Arc<Metrics>,
+    /// Held by the one request reading the generation again while nothing is served.
+    reading: tokio::sync::Mutex<()>,
 }
 
 impl Deref for AppState {
@@ -89,6 +91,7 @@ impl AppState {
             tracker,
             freshness: Latest::default(),
             metrics,
+            reading: tokio::sync::Mutex::new(()),
         })))
     }
 
@@ -99,7 +102,11 @@ impl AppState {
     /// (being projected again after Redis lost data, or new), rather than answer a short list.
     pub async fn keyspace(&self) -> Result<Keyspace, ApiError> {
         if self.generation.needs_reading() {
-            self.refresh().await;
+            // One read at a time: the requests that come while it is on its way take its answer.
+            match self.reading.try_lock() {
+                Ok(_reading) => self.refresh().await,
+                Err(_) => drop(self.reading.lock().await),
+            }
         }
         self.generation.keyspace().map_err(ApiError::NotReady)
     }
@@ -112,14 +119,18 @@ impl AppState {
 
     /// Re-reads the active generation, whether it is complete, and how fresh it is.
     pub async fn refresh(&self) {
-        let (keys, complete) = match self.generation.read(&self.model).await {
+        let (keys, complete, newly_healing) = match self.generation.read(&self.model).await {
             Found::Nothing => return,
             Found::Gone => return self.forget_kept(),
-            Found::Active { keys, complete } => (keys, complete),
+            Found::Active { keys, complete, newly_healing } => (keys, complete, newly_healing),
         };
         let reports = self.model.projectors(self.generation.prefix()).await;
-        if !complete {
-            self.forget_kept();
+        match newly_healing {
+            // What was kept of the organizations being projected again goes (a flush or a failover has
+            // dropped it already, as Redis pushed); the others' is still what Redis holds.
+            Some(scope) => self.tracker.forget_slots(&scope),
+            None if !complete && !self.generation.heals_some() => self.forget_kept(),
+            None => {}
         }
         if self.tracker.keeps_anything() {
             // A change to either is pushed, and wakes the next refresh at once.

@@ -313,6 +313,56 @@ async fn while_redis_stalls_what_was_kept_stops_being_served_within_half_a_secon
     assert!(served.is_empty(), "kept data served while Redis stalled: {:?}", served.len());
 }
 
+/// How many times `redis` ran `command` since its statistics were reset.
+fn calls(redis: &OwnRedis, command: &str) -> u64 {
+    let stats = redis.cli(&["INFO", "commandstats"]);
+    let line = stats.lines().find(|line| line.starts_with(&format!("cmdstat_{command}:")));
+    line.and_then(|line| line.split("calls=").nth(1)?.split(',').next()?.parse().ok()).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn while_another_organizations_slots_heal_an_organization_is_served_from_memory_without_reading_the_condition() {
+    use shared::keys::slot;
+    let redis = OwnRedis::start();
+    let (_topics, prefix, projector, app) = on_own_redis(&redis).await;
+    projector.stop().await;
+    let keys = Keyspace::new(prefix, 1);
+    let healing = slot(&keys.org_epoch(fixture::GLOBEX));
+    assert!(![slot(&keys.org_epoch(ACME)), slot(&keys.api_key_epoch())].contains(&healing), "pick another prefix");
+    // As a projector heals what one primary of a cluster lost: its slots, here GLOBEX's one.
+    let loss = format!("flush of test{}", shared::scope::describe(&[(healing, healing)]));
+    assert_eq!(redis.cli(&["HSET", &keys.healing(), "test", &loss]), "1");
+    eventually(Duration::from_secs(10), "GLOBEX waiting", || async {
+        (app.get("/v1/studies", Some(fixture::GLOBEX_KEY)).await.status() == 503).then_some(())
+    })
+    .await;
+    eventually(Duration::from_secs(10), "ACME answered from memory", || async {
+        let before = served_from_memory(&app).await;
+        title(&app, "s_a").await;
+        (served_from_memory(&app).await > before).then_some(())
+    })
+    .await;
+    assert_eq!(redis.cli(&["CONFIG", "RESETSTAT"]), "OK");
+    let before = served_from_memory(&app).await;
+    for _ in 0..50 {
+        title(&app, "s_a").await;
+        assert_eq!(app.get("/v1/studies", Some("not-a-key-of-anyone")).await.status(), 401);
+    }
+    let from_memory = served_from_memory(&app).await - before;
+    let (conditions, generations) = (calls(&redis, "hvals"), calls(&redis, "get"));
+    assert_eq!(from_memory, 50.0, "ACME's reads while GLOBEX healed");
+    assert!(
+        conditions <= 2 && generations <= 2,
+        "100 requests read the condition {conditions} times, the generation {generations}"
+    );
+    // The heal ends: GLOBEX is served again, as soon as Redis pushes the change.
+    assert_eq!(redis.cli(&["DEL", &keys.healing()]), "1");
+    eventually(Duration::from_secs(10), "GLOBEX served", || async {
+        (app.get("/v1/studies", Some(fixture::GLOBEX_KEY)).await.status() == 200).then_some(())
+    })
+    .await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_instance_costs_redis_as_few_commands_with_two_thousand_organizations_kept_as_with_a_hundred() {
     let redis = OwnRedis::start();

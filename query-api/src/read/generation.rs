@@ -53,8 +53,9 @@ pub enum Found {
     /// No active generation: Redis lost its data, or no projector has written one yet. Or one lower than
     /// already served: Redis was restored from an older state.
     Gone,
-    /// The active generation, and whether it is complete.
-    Active { keys: Keyspace, complete: bool },
+    /// The active generation, and whether it is complete; when only some slots heal, those slots if they
+    /// were not already healing at the last read.
+    Active { keys: Keyspace, complete: bool, newly_healing: Option<Scope> },
 }
 
 impl Generation {
@@ -72,10 +73,18 @@ impl Generation {
         &self.prefix
     }
 
-    /// While the read model is not known to be complete, every request reads the generation again, so that
-    /// it is served the moment the projector has caught up.
+    /// Whether a request should read the generation again before it is answered: until it has been read
+    /// once, and while nothing is served (the read model healing everywhere, lost, behind, or its condition
+    /// unsure), so that it is served the moment the projector has caught up. Not while only some slots heal:
+    /// the other organizations are served as usual, and the change that ends the heal is pushed.
     pub fn needs_reading(&self) -> bool {
-        self.generation.load(Ordering::Acquire) == UNKNOWN || self.condition.load(Ordering::Acquire) != COMPLETE
+        self.generation.load(Ordering::Acquire) == UNKNOWN
+            || !matches!(self.condition.load(Ordering::Acquire), COMPLETE | HEALING_SOME)
+    }
+
+    /// Whether only some slots of the read model heal (their organizations wait, the others are served).
+    pub fn heals_some(&self) -> bool {
+        self.condition.load(Ordering::Acquire) == HEALING_SOME
     }
 
     /// The keys of the generation being served, or why none is.
@@ -147,12 +156,17 @@ impl Generation {
             return Found::Gone;
         }
         let keys = Keyspace::new(self.prefix.clone(), generation);
+        let mut newly_healing = None;
         // Healing where the key index lives is healing everywhere: any key's answer may be wrong.
         let condition = match model.healing(&keys).await {
             Ok(None) => COMPLETE,
             Ok(Some(scope)) if scope.is_everything() || scope.contains(slot(&keys.api_key_epoch())) => HEALING,
             Ok(Some(scope)) => {
-                *self.healing.write().expect("healing scope") = scope;
+                let mut healing = self.healing.write().expect("healing scope");
+                if self.condition.load(Ordering::Acquire) != HEALING_SOME || *healing != scope {
+                    newly_healing = Some(scope.clone());
+                }
+                *healing = scope;
                 HEALING_SOME
             }
             Err(e) => {
@@ -166,7 +180,7 @@ impl Generation {
         if self.condition.swap(condition, Ordering::AcqRel) != condition {
             tracing::info!(generation, complete = condition == COMPLETE, "the read model's condition changed");
         }
-        Found::Active { keys, complete: condition == COMPLETE }
+        Found::Active { keys, complete: condition == COMPLETE, newly_healing }
     }
 
     /// A read of the condition failed: until one succeeds, a known loss stays known, and anything else is

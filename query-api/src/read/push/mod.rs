@@ -240,6 +240,21 @@ impl Tracker {
         self.0.entries.write().expect("kept values").retain(|e| e.kind == Kind::Watch);
     }
 
+    /// Forgets what is kept of the keys in `scope`'s slots (they are being projected again); the watched
+    /// keys stay watched.
+    pub fn forget_slots(&self, scope: &shared::scope::Scope) {
+        let mut entries = self.0.entries.write().expect("kept values");
+        let doomed: Vec<Box<str>> = entries
+            .map
+            .iter()
+            .filter(|(key, entry)| entry.kind != Kind::Watch && scope.contains(shared::keys::slot(key)))
+            .map(|(key, _)| key.clone())
+            .collect();
+        for key in doomed {
+            entries.remove(&key);
+        }
+    }
+
     /// The bytes kept, as counted.
     pub fn bytes(&self) -> usize {
         self.0.entries.read().expect("kept values").bytes
