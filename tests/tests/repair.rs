@@ -291,6 +291,8 @@ async fn a_repair_whose_staging_lost_a_key_swaps_nothing_and_says_which() {
     let (ok, said) = ended(repair, &log).await;
     assert!(!ok, "the repair succeeded with a staged key missing: {said}");
     assert!(said.contains("incomplete") && said.contains("study-docs"), "{said}");
+    let hold_left: bool = redis().await.exists(&held.hold).await.unwrap();
+    assert!(!hold_left, "the live path waits for the refused repair's hold to expire");
     assert_eq!(runner::organization_digest(&held.keys, &held.org).await, before, "the live data is as it was");
     held.live.stop().await;
 }

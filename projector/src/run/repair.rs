@@ -231,11 +231,18 @@ async fn repair(
         let outcome = if organization {
             let touched: Vec<_> = touched.into_iter().collect();
             stage(conn, keys, token, &org, &collected.aggregates, &touched, &others, &mut staged).await?;
-            if hold.is_lost() || lease.is_some_and(Lease::is_lost) {
+            let swapped = if hold.is_lost() || lease.is_some_and(Lease::is_lost) {
                 Err(StoreError::HoldLost)
             } else {
                 staging::swap(conn, keys, &org, token, &sizes(&staged), &live).await.map(|n| report.keys_swapped = n)
+            };
+            // A swap that changed nothing lets the live path go on at once, not when the hold expires.
+            if swapped.is_err() {
+                if let Err(e) = hold.release(conn).await {
+                    tracing::warn!(error = %e, "could not release the repair's hold; it expires by itself");
+                }
             }
+            swapped
         } else {
             let aggregate = collected.aggregates.keys().next().cloned().expect("the org came from an event");
             let result = write_one(&mut store, &org, &aggregate, &collected.aggregates, token).await;
