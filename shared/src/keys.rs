@@ -20,6 +20,7 @@
 //! | `P:gN:{<org>}:interviews:<studyId>` | sorted set | completed visible interviews, score `createdAt` in µs |
 //! | `P:gN:{<org>}:interview-docs` | hash | id → document of each completed visible interview |
 //! | `P:gN:{<org>}:transcript:<id>` | string | the WebVTT transcript of an interview, appended to as messages arrive |
+//! | `P:gN:{<org>}:rewritten` | string | a token written anew whenever a transcript of the organization is rewritten rather than appended to (set, deleted, swapped in by a repair), so a long transcript sent in chunks is never sent half old, half new |
 //! | `P:gN:{<org>}:epoch` | string | `<token>:<µs>`: a token written anew by every write to the organization (so API instances can keep its reads in memory, Redis pushing its change, and the projector sees a loss), and the latest `occurredAt` applied to it |
 //! | `P:gN:{apikeys}:key:<keyId>` | hash | `seq`, `state` of an API key |
 //! | `P:gN:{apikeys}:sha:<sha256>` | hash | `org`, `key`: the organization a live key belongs to |
@@ -115,14 +116,14 @@ impl Keyspace {
         if key == self.meta() || key == self.healing() || key == self.late() {
             return true;
         }
-        // `base:{tag}:position`, `base:{tag}:epoch`, `base:{tag}:hold`, `base:{tag}:repairing`,
+        // `base:{tag}:position`, `base:{tag}:epoch`, `base:{tag}:rewritten`, `base:{tag}:hold`, `base:{tag}:repairing`,
         // `base:{tag}:repair:…` and `base:{apikeys}:hold:…`; the tag ends at its first `}` (ids in tags
         // are escaped), so no id standing last in another key can look like these.
         let Some(tagged) = key.strip_prefix(&self.base()).and_then(|rest| rest.strip_prefix(":{")) else {
             return false;
         };
         match tagged.split_once('}') {
-            Some((_, ":position" | ":epoch" | ":hold" | ":repairing")) => true,
+            Some((_, ":position" | ":epoch" | ":rewritten" | ":hold" | ":repairing")) => true,
             Some((tag, rest)) => rest.starts_with(":repair:") || (tag == "apikeys" && rest.starts_with(":hold:")),
             None => false,
         }
@@ -231,6 +232,14 @@ impl Keyspace {
         format!("{}:transcript:{interview_id}", self.org(org))
     }
 
+    /// The token of the organization's last transcript rewrite (any change but an append: a transcript
+    /// set, deleted, or swapped in by a repair); absent while none was. A long transcript is sent a chunk
+    /// at a time, each chunk read only while this still holds what it held when the page was read, so a
+    /// rewrite cuts the response short instead of mixing two versions. Bookkeeping.
+    pub fn transcripts_rewritten(&self, org: &str) -> String {
+        format!("{}:rewritten", self.org(org))
+    }
+
     /// An organization's epoch: a token the write script replaces whenever it applies an event of the
     /// organization. The API's page reads return it with the page, and an API instance that keeps reads
     /// in memory drops an organization's when its epoch changes. Bookkeeping, like the key index's.
@@ -312,6 +321,7 @@ mod tests {
                 ks.transcript(org, "i"),
                 ks.interviews(org, "s"),
                 ks.org_epoch(org),
+                ks.transcripts_rewritten(org),
             ];
             for key in &keys {
                 assert_eq!(hash_tag(key), escape(org), "{key}");
@@ -346,7 +356,8 @@ mod tests {
         assert!(ks.is_bookkeeping(&ks.healing()) && ks.is_bookkeeping(&ks.meta()));
         assert!(ks.is_bookkeeping(&ks.api_key_epoch()) && !ks.is_bookkeeping(&ks.api_key_sha("ab")));
         assert!(ks.is_bookkeeping(&ks.org_epoch("o}:epoch")));
-        for id in ["x}:epoch", "x}:position", "}:epoch"] {
+        assert!(ks.is_bookkeeping(&ks.transcripts_rewritten("o}:rewritten")));
+        for id in ["x}:epoch", "x}:position", "}:epoch", "x}:rewritten"] {
             assert!(!ks.is_bookkeeping(&ks.aggregate(Topic::Study, "o", id)), "{id}");
             assert!(!ks.is_bookkeeping(&ks.transcript("o", id)), "{id}");
         }

@@ -1,13 +1,17 @@
 //! Transcripts as the projector stores them and the API serves them: one string per interview, appended
 //! to as messages arrive (so a message costs its own size, not the transcript's), read whole by the
-//! interview's route and by its study's page, on one Redis and on a Redis Cluster alike.
+//! interview's route and by its study's page, on one Redis and on a Redis Cluster alike; a long one sent
+//! a chunk at a time is never a mixture of two versions.
+
+use std::time::Duration;
 
 use end_to_end::api::World;
 use end_to_end::fixture::{self, interview, ACME, ACME_KEY};
-use end_to_end::redis;
+use end_to_end::{redis, runner};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use shared::Keyspace;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const STUDY: &str = "s_talk";
 
@@ -84,4 +88,65 @@ async fn a_transcript_is_one_string_appended_to_and_served_whole() {
         .collect();
     let (long, short) = (json!(webvtt(0..90)), json!(webvtt(0..1)));
     assert_eq!(served, [("long", &long), ("short", &short), ("silent", &Value::Null)], "each id its own transcript");
+}
+
+/// A transcript of many megabytes is sent a chunk at a time. A repair that swaps in another version of
+/// it (of the same length: no shrink to notice) between two chunks must cut the response short, never
+/// send the first chunks of one version and the rest of the other. The client reads slowly through a
+/// small receive buffer, so the API has read only the first chunks when the repair swaps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transcript_rewritten_while_it_is_sent_in_chunks_is_cut_short_never_mixed() {
+    // Twelve messages of 800,000 `z`: a transcript of about 9.6 MB, ten chunks beyond a budget of 1 MB,
+    // more than the socket buffers and the server's queue hold (about 3 MB were sent before the swap).
+    let text = "z".repeat(800_000);
+    let long = (0..12u64).fold(interview(ACME, "i_long", STUDY, "2026-03-01T10:00:00Z"), |a, n| {
+        a.then(
+            "interview.message_recorded",
+            "2026-03-01T10:01:00Z",
+            json!({"messageId": format!("m{n}"), "role": "participant", "text": text,
+                "startSeconds": n, "endSeconds": n as f64 + 0.5}),
+        )
+    });
+    let setup = [
+        fixture::completed_study(ACME, STUDY, "2026-03-02T09:00:00Z"),
+        fixture::key(ACME, "k", ACME_KEY),
+        fixture::completed(long),
+    ];
+    let messages: Vec<_> = setup.into_iter().flat_map(|a| a.messages).collect();
+    let world = World::start_with(&messages, |api| api.max_page_mb = 1).await;
+    // The live transcript drifted from the topics (every `z` an `x`, the length unchanged): what the
+    // repair puts right while the response is being sent.
+    let key = Keyspace::new(world.prefix.clone(), 1).transcript(ACME, "i_long");
+    let mut conn = redis().await;
+    let stored: String = conn.get(&key).await.unwrap();
+    assert!(stored.len() > 9_000_000, "the transcript is {} bytes", stored.len());
+    let _: () = conn.set(&key, stored.replace('z', "x")).await.unwrap();
+
+    let address = world.app.address.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stream = socket.connect(address).await.unwrap();
+    let request = format!(
+        "GET /v1/interviews/i_long HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {ACME_KEY}\r\nConnection: close\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut received = vec![0; 64 * 1024];
+    stream.read_exact(&mut received).await.unwrap();
+    assert!(received.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&received[..200]));
+
+    let args = ["repair", "--organization", ACME];
+    runner::succeed(&world.topics, &world.prefix, world.projector.group(), &args, Duration::from_secs(120)).await;
+    assert_eq!(conn.get::<_, String>(&key).await.unwrap(), stored, "the repair swapped the topics' version in");
+    tokio::time::timeout(Duration::from_secs(60), stream.read_to_end(&mut received))
+        .await
+        .expect("the response ends")
+        .ok();
+
+    let marker = b"\"transcriptAsWebVTT\":\"";
+    let at = received.windows(marker.len()).position(|w| w == marker).expect("the transcript started") + marker.len();
+    let sent = &received[at..];
+    let (olds, news) = (sent.iter().filter(|b| **b == b'x').count(), sent.iter().filter(|b| **b == b'z').count());
+    assert!(olds > 0 && news == 0, "{olds} bytes of the drifted version were sent, then {news} of the repaired one");
+    let ended = sent.windows(b"\",\"createdAt\"".len()).any(|w| w == b"\",\"createdAt\"");
+    assert!(!ended, "the transcript was sent whole, {olds} bytes: the repair came too late to test anything");
 }

@@ -73,6 +73,7 @@ async fn main() -> Result<()> {
         ("TRANSCRIPT_KEY", keys.transcript(org, &interview)),
         ("TRANSCRIPT_PREFIX", keys.transcript(org, "")),
         ("ORG_EPOCH_KEY", keys.org_epoch(org)),
+        ("REWRITTEN_KEY", keys.transcripts_rewritten(org)),
         ("STUDIES_PAGE_SHA", studies_sha),
         ("INTERVIEWS_PAGE_SHA", interviews_sha),
         ("ONE_INTERVIEW_SHA", one_sha),

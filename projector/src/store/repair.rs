@@ -27,8 +27,9 @@ const STAGED_TTL_MS: u64 = 3_600_000;
 
 /// Swaps the staged copies of an organization's keys in.
 const SWAP: &str = r"
--- KEYS[1] the organization's hold, KEYS[2] its repair lease, KEYS[3] its epoch, then pairs: a live key and
--- this repair's staged copy of it. ARGV[1] the repair's token, ARGV[2] the organization's new epoch's token
+-- KEYS[1] the organization's hold, KEYS[2] its repair lease, KEYS[3] its epoch, KEYS[4] the token of its
+-- last transcript rewrite (written anew: a long transcript being sent stops rather than mixing the
+-- versions), then pairs: a live key and this repair's staged copy of it. ARGV[1] the repair's token, ARGV[2] the organization's new epoch's token
 -- (it keeps the latest occurredAt the live epoch had: `<token>:<microseconds>`), then for each pair the
 -- size the staged copy must have: its fields (a hash), its members (a sorted set), 1 (a string) or 0 (none).
 -- A staged copy replaces its live key (RENAME, then PERSIST: the copy had a TTL); a live key without a
@@ -46,8 +47,8 @@ local function size(key)
   if kind == 'none' then return 0 end
   return 1
 end
-for i = 4, #KEYS, 2 do
-  local expected = tonumber(ARGV[3 + (i - 4) / 2])
+for i = 5, #KEYS, 2 do
+  local expected = tonumber(ARGV[3 + (i - 5) / 2])
   if size(KEYS[i + 1]) ~= expected then
     return redis.status_reply('STAGING-INCOMPLETE ' .. KEYS[i])
   end
@@ -57,7 +58,7 @@ for i = 4, #KEYS, 2 do
   end
 end
 local swapped = 0
-for i = 4, #KEYS, 2 do
+for i = 5, #KEYS, 2 do
   if redis.call('EXISTS', KEYS[i + 1]) == 1 then
     redis.call('RENAME', KEYS[i + 1], KEYS[i])
     redis.call('PERSIST', KEYS[i])
@@ -69,6 +70,7 @@ end
 local before = redis.call('GET', KEYS[3])
 local as_of = before and string.match(before, ':(%d+)$')
 redis.call('SET', KEYS[3], ARGV[2] .. ':' .. (as_of or '0'))
+redis.call('SET', KEYS[4], ARGV[2])
 redis.call('DEL', KEYS[1])
 return swapped
 ";
@@ -210,6 +212,7 @@ pub async fn swap(
     let script = Script::new(SWAP);
     let mut invocation = script.prepare_invoke();
     invocation.key(keys.hold(org)).key(keys.repair_lease(org)).key(keys.org_epoch(org));
+    invocation.key(keys.transcripts_rewritten(org));
     invocation.arg(token).arg(uuid::Uuid::new_v4().simple().to_string());
     for key in &live {
         invocation.key(key).key(keys.staged(key, token).expect("an organization's key"));

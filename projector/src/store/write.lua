@@ -6,6 +6,9 @@
 -- KEYS[4] the interview's transcript string (KEYS[1] for aggregates without one)
 -- KEYS[5] the hold a repair may have on the aggregate (the organization's hold, or the API key's)
 -- KEYS[6] for a study or an interview: the organization's epoch (a string)
+-- KEYS[7] for an interview: the token of the organization's last transcript rewrite (a string), written
+-- anew by a transcript set or deleted, so that a long transcript being sent stops rather than mixing two
+-- versions
 -- KEYS[6..] for an API key: the index entries of the hashes it had before (retired), in the same slot
 -- ARGV[1] sequence the outcome was folded from   ARGV[2] new sequence   ARGV[3] state json
 -- ARGV[4] aggregate id (member and document field)
@@ -66,7 +69,7 @@ if key_op then
     ok = ok and holds(KEYS[i], 'hash')
   end
 elseif KEYS[6] then
-  ok = ok and holds(KEYS[6], 'string')
+  ok = ok and holds(KEYS[6], 'string') and (not KEYS[7] or holds(KEYS[7], 'string'))
 end
 if not ok then
   return redis.error_reply('WRONGTYPE a key of this aggregate holds another type than the read model writes')
@@ -112,6 +115,9 @@ elseif ARGV[9] == 'set' then
   redis.call('SET', KEYS[4], ARGV[11] .. ARGV[10])
 elseif ARGV[9] == 'delete' then
   redis.call('DEL', KEYS[4])
+end
+if (ARGV[9] == 'set' or ARGV[9] == 'delete') and KEYS[7] and not key_op then
+  redis.call('SET', KEYS[7], ARGV[12])
 end
 if not key_op and KEYS[6] then
   local as_of = ARGV[15]

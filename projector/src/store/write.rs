@@ -93,13 +93,15 @@ impl WriteScript {
             IndexChange::KeyLive { .. } => ("key-live", org.to_string()),
             IndexChange::KeyRevoked { .. } => ("key-revoked", String::new()),
         };
-        // After the five keys: an API key's retired index entries, or the organization's epoch.
+        // After the five keys: an API key's retired index entries, or the organization's epoch (and for
+        // an interview, the token of the organization's last transcript rewrite).
         let more: Vec<String> = match (&folded.index, topic) {
             (IndexChange::KeyLive { retired } | IndexChange::KeyRevoked { retired }, _) => {
                 retired.iter().map(|sha| keys.api_key_sha(sha)).collect()
             }
             (_, Topic::ApiKey) => Vec::new(),
-            _ => vec![keys.org_epoch(org)],
+            (_, Topic::Study) => vec![keys.org_epoch(org)],
+            (_, Topic::Interview) => vec![keys.org_epoch(org), keys.transcripts_rewritten(org)],
         };
         let (transcript_op, cues) = match (&folded.transcript, w.repair.is_some()) {
             (TranscriptChange::Keep, false) => ("keep", ""),

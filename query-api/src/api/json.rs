@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 
 use crate::api::models::PageInfo;
 use crate::read::model::ReadModel;
-use crate::read::transcript::{self, Transcript};
+use crate::read::transcript::{self, Long, Transcript};
 
 /// The fields of a stored interview document (`shared::InterviewDocument`), borrowed from its JSON.
 #[derive(Deserialize)]
@@ -61,11 +61,8 @@ pub struct JsonBody {
 
 enum Part {
     Written(Vec<u8>),
-    /// A long transcript's first `length` bytes, escaped as a JSON string's contents.
-    Long {
-        key: String,
-        length: u64,
-    },
+    /// A long transcript, escaped as a JSON string's contents.
+    Long(Long),
 }
 
 impl JsonBody {
@@ -105,11 +102,11 @@ impl JsonBody {
         match transcript {
             Transcript::None => out.extend_from_slice(b"null"),
             Transcript::Whole(text) => string_or_null(out, Some(text)),
-            Transcript::Long { key, length } => {
+            Transcript::Long(long) => {
                 out.push(b'"');
                 let before = std::mem::take(out);
                 self.parts.push(Part::Written(before));
-                self.parts.push(Part::Long { key: key.clone(), length: *length });
+                self.parts.push(Part::Long(long.clone()));
                 self.written.push(b'"');
             }
         }
@@ -145,7 +142,7 @@ impl JsonBody {
         let model = model.clone();
         let stream = futures::stream::iter(parts).flat_map(move |part| match part {
             Part::Written(bytes) => futures::stream::once(std::future::ready(Ok(Bytes::from(bytes)))).boxed(),
-            Part::Long { key, length } => transcript::chunks(model.clone(), key, length)
+            Part::Long(long) => transcript::chunks(model.clone(), long)
                 .map_ok(|raw| {
                     let mut escaped = Vec::with_capacity(raw.len() + raw.len() / 8);
                     escape(&mut escaped, &raw);

@@ -1,8 +1,14 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use super::super::transcript::Transcript;
+use super::super::transcript::{Long, Transcript};
 use super::*;
+
+/// A long transcript as a page read would return it.
+fn long() -> Long {
+    let (key, rewritten_key) = ("t:".repeat(40), "r:".repeat(20));
+    Long { key, length: 1 << 30, rewritten_key, rewritten: "0123456789abcdef0123456789abcdef".into() }
+}
 
 /// Counts the bytes this thread has allocated and not freed, so that a test can see what a cache holds.
 struct Counting;
@@ -117,7 +123,7 @@ fn the_bytes_counted_are_the_bytes_the_cache_holds_keys_included() {
         cache.insert(1, &format!("org{i}"), KEY, page(&docs), Some(&e));
     }
     let interview = ("{}".repeat(500), Transcript::Whole("WEBVTT".repeat(10_000)));
-    let long = ("{}".repeat(500), Transcript::Long { key: "t:".repeat(40), length: 1 << 30 });
+    let long = ("{}".repeat(500), Transcript::Long(long()));
     for (id, read) in [("i", interview), ("long", long)] {
         let (key, stored) = (ReadKey::Interview(id.into()), Stored::Interview(Arc::new(Some(read))));
         cache.insert(1, "org", key, stored, Some(&e));

@@ -164,7 +164,8 @@ impl ReadModel {
         settled(call, self.cluster()).await
     }
 
-    async fn invoke<T: redis::FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<T> {
+    /// Runs a script (a page read, or a long transcript's chunk), riding out a slot that moves.
+    pub(super) async fn invoke<T: redis::FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<T> {
         let conn = self.conn().await?;
         let call = || {
             let mut conn = conn.clone();
@@ -206,6 +207,7 @@ impl ReadModel {
             .key(keys.interviews(org, study_id))
             .key(keys.interview_documents(org))
             .key(keys.org_epoch(org))
+            .key(keys.transcripts_rewritten(org))
             .arg(study_id)
             .arg(page.start)
             .arg(page.stop)
@@ -234,9 +236,10 @@ impl ReadModel {
         };
         let Some((total, docs, transcripts, epoch)) = reply else { return Ok(None) };
         let mut items = Vec::with_capacity(docs.len());
+        let rewritten = keys.transcripts_rewritten(org);
         for (doc, transcript) in docs.into_iter().zip(transcripts) {
             if let Some(doc) = doc {
-                items.push((doc, Transcript::from_reply(transcript)?));
+                items.push((doc, Transcript::from_reply(transcript, &rewritten)?));
             }
         }
         Ok(Some((Page { total, items }, epoch)))
@@ -266,6 +269,9 @@ impl ReadModel {
         }
         // As the script does, a few keys at a time (a storm of redirections is what wedges the client's
         // connection): the documents' sizes first, then each transcript, whole while it fits the budget.
+        // The rewrite token is read before the transcripts' lengths: a rewrite after it cuts a long one.
+        let rewritten: Option<String> = self.query(redis::cmd("GET").arg(keys.transcripts_rewritten(org))).await?;
+        let rewritten = rewritten.unwrap_or_default();
         let docs: Vec<Option<String>> =
             self.query(redis::cmd("HMGET").arg(keys.interview_documents(org)).arg(&ids)).await?;
         let mut size = docs.iter().flatten().map(|doc| doc.len() as u64).sum::<u64>();
@@ -287,7 +293,8 @@ impl ReadModel {
                 size += length;
                 self.query(redis::cmd("GET").arg(&key)).await?
             } else {
-                Value::Array(vec![Value::BulkString(key.into_bytes()), Value::Int(length as i64)])
+                let token = Value::BulkString(rewritten.clone().into_bytes());
+                Value::Array(vec![Value::BulkString(key.into_bytes()), Value::Int(length as i64), token])
             });
         }
         Ok(Some((total, docs, transcripts, None)))
@@ -301,18 +308,14 @@ impl ReadModel {
         budget: u64,
     ) -> RedisResult<(Option<InterviewRead>, OrgEpoch)> {
         let mut invocation = ONE_INTERVIEW_SCRIPT.key(keys.interview_documents(org));
-        invocation.key(keys.transcript(org, id)).key(keys.org_epoch(org)).arg(id).arg(budget);
+        invocation.key(keys.transcript(org, id)).key(keys.org_epoch(org)).key(keys.transcripts_rewritten(org));
+        invocation.arg(id).arg(budget);
         let (doc, transcript, epoch): (Option<String>, Value, OrgEpoch) = self.invoke(&invocation).await?;
         let found = match doc {
-            Some(doc) => Some((doc, Transcript::from_reply(transcript)?)),
+            Some(doc) => Some((doc, Transcript::from_reply(transcript, &keys.transcripts_rewritten(org))?)),
             None => None,
         };
         Ok((found, epoch))
-    }
-
-    /// Bytes `start..=end` of a string (a long transcript, sent a chunk at a time).
-    pub async fn range(&self, key: &str, start: u64, end: u64) -> RedisResult<Vec<u8>> {
-        self.query(redis::cmd("GETRANGE").arg(key).arg(start).arg(end)).await
     }
 
     /// Where the generation is being projected again after Redis lost data: the slots its losses touched,

@@ -32,11 +32,11 @@ return {redis.call('HGET', KEYS[1], ARGV[1]), redis.call('GET', KEYS[2])}
 /// (see [`ReadModel::interviews`]).
 ///
 /// The documents count first against the budget ARGV[5], then each transcript in the page's order: one
-/// that fits is read whole; one that does not is answered as `{key, length}` and sent in chunks
+/// that fits is read whole; one that does not is answered as `{key, length, rewritten}` and sent in chunks
 /// ([`super::transcript`]), so that no reply is larger than the budget.
 pub const INTERVIEWS_PAGE: &str = r"
 -- KEYS[1] completed studies, KEYS[2] the study's visible interviews, KEYS[3] interview documents, KEYS[4]
--- the organization's epoch; ARGV[1] study id, ARGV[2] start, ARGV[3] stop, ARGV[4] the prefix of the
+-- the organization's epoch, KEYS[5] the token of its last transcript rewrite; ARGV[1] study id, ARGV[2] start, ARGV[3] stop, ARGV[4] the prefix of the
 -- organization's transcript keys, ARGV[5] the most bytes a reply may take. Nil when the study is not completed.
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return false end
 local epoch = redis.call('GET', KEYS[4])
@@ -70,25 +70,40 @@ for i = 1, #ids do
     transcripts[i] = read[at]
     at = at + 1
   else
-    transcripts[i] = {keys[i], lengths[i]}
+    transcripts[i] = {keys[i], lengths[i], redis.call('GET', KEYS[5]) or ''}
   end
 end
 return {total, redis.call('HMGET', KEYS[3], unpack(ids)), transcripts, epoch}
 ";
 
-/// One interview's document and transcript: whole if it fits the budget ARGV[2], else `{key, length}`.
+/// One interview's document and transcript: whole if it fits the budget ARGV[2], else
+/// `{key, length, rewritten}`.
 pub const ONE_INTERVIEW: &str = r"
--- KEYS[1] interview documents, KEYS[2] the interview's transcript, KEYS[3] the organization's epoch;
--- ARGV[1] interview id, ARGV[2] the most bytes a reply may take
+-- KEYS[1] interview documents, KEYS[2] the interview's transcript, KEYS[3] the organization's epoch,
+-- KEYS[4] the token of its last transcript rewrite; ARGV[1] interview id, ARGV[2] the most bytes a reply
+-- may take
 local doc = redis.call('HGET', KEYS[1], ARGV[1])
 local epoch = redis.call('GET', KEYS[3])
 local length = redis.call('STRLEN', KEYS[2])
 if not doc or length == 0 then return {doc, false, epoch} end
-if string.len(doc) + length > tonumber(ARGV[2]) then return {doc, {KEYS[2], length}, epoch} end
+if string.len(doc) + length > tonumber(ARGV[2]) then
+  return {doc, {KEYS[2], length, redis.call('GET', KEYS[4]) or ''}, epoch}
+end
 return {doc, redis.call('GET', KEYS[2]), epoch}
+";
+
+/// Bytes of a long transcript, read only while no rewrite happened since its page was read.
+pub const TRANSCRIPT_CHUNK: &str = r"
+-- KEYS[1] the transcript, KEYS[2] the token of the organization's last transcript rewrite; ARGV[1] the
+-- first byte, ARGV[2] the last, ARGV[3] the token as the page read it. REWRITTEN when it changed.
+if (redis.call('GET', KEYS[2]) or '') ~= ARGV[3] then
+  return redis.error_reply('REWRITTEN the transcript was rewritten since its page was read')
+end
+return redis.call('GETRANGE', KEYS[1], ARGV[1], ARGV[2])
 ";
 
 pub(super) static STUDIES_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STUDIES_PAGE));
 pub(super) static ONE_STUDY_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_STUDY));
 pub(super) static INTERVIEWS_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INTERVIEWS_PAGE));
 pub(super) static ONE_INTERVIEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_INTERVIEW));
+pub(super) static TRANSCRIPT_CHUNK_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(TRANSCRIPT_CHUNK));

@@ -3,15 +3,19 @@
 //! response is being sent. So a request holds at most its budget and one chunk, whatever the stored
 //! transcripts weigh, and no page is refused for its size.
 //!
-//! A transcript only grows while its interview is served (messages are appended), so its first `length`
-//! bytes, as read with the page, are the transcript the page was read with. A transcript that shrank
-//! meanwhile (its interview deleted) ends the response early: the client sees a body cut short, and asks
-//! again, as after any transient failure.
+//! A transcript mostly grows while its interview is served (messages are appended), so its first
+//! `length` bytes, as read with the page, are the transcript the page was read with. Any other change (a
+//! transcript set anew, deleted, or swapped in by a repair) writes a new token under the organization's
+//! `Keyspace::transcripts_rewritten`, which the page read returns with each long transcript; every chunk
+//! is read in one script with a check of that token. A rewrite, or a transcript that shrank meanwhile,
+//! ends the response early: the client sees a body cut short, never half of one version and half of
+//! another, and asks again, as after any transient failure.
 
 use futures::Stream;
 use redis::{RedisResult, Value};
 
 use super::model::ReadModel;
+use super::scripts::TRANSCRIPT_CHUNK_SCRIPT;
 
 /// How much of a long transcript is read from Redis, and held, at a time.
 pub const CHUNK: u64 = 1024 * 1024;
@@ -22,22 +26,31 @@ pub enum Transcript {
     /// The interview has none yet.
     None,
     Whole(String),
-    /// Too long for the request's budget: its first `length` bytes, read from `key` while sending.
-    Long {
-        key: String,
-        length: u64,
-    },
+    /// Too long for the request's budget: read while sending.
+    Long(Long),
+}
+
+/// A transcript too long for a request's budget: its first `length` bytes, read from `key` a chunk at a
+/// time while no rewrite of the organization's transcripts happened since the page was read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Long {
+    pub key: String,
+    pub length: u64,
+    /// The organization's `Keyspace::transcripts_rewritten` key.
+    pub rewritten_key: String,
+    /// What that key held when the page was read (`""`: nothing).
+    pub rewritten: String,
 }
 
 impl Transcript {
-    /// From a script's reply: nil, the transcript, or `{key, length}` for a long one.
-    pub fn from_reply(value: Value) -> RedisResult<Self> {
+    /// From a script's reply: nil, the transcript, or `{key, length, rewritten}` for a long one, whose
+    /// organization's rewrite token lives at `rewritten_key`.
+    pub fn from_reply(value: Value, rewritten_key: &str) -> RedisResult<Self> {
         match value {
             Value::Nil => Ok(Transcript::None),
-            Value::Array(mut pair) if pair.len() == 2 => {
-                let length = redis::from_redis_value(pair.pop().expect("two items"))?;
-                let key = redis::from_redis_value(pair.pop().expect("two items"))?;
-                Ok(Transcript::Long { key, length })
+            Value::Array(three) if three.len() == 3 => {
+                let (key, length, rewritten) = redis::from_redis_value(Value::Array(three))?;
+                Ok(Transcript::Long(Long { key, length, rewritten_key: rewritten_key.to_string(), rewritten }))
             }
             other => Ok(Transcript::Whole(redis::from_redis_value(other)?)),
         }
@@ -48,7 +61,7 @@ impl Transcript {
         match self {
             Transcript::None => 0,
             Transcript::Whole(text) => text.capacity(),
-            Transcript::Long { key, .. } => key.capacity(),
+            Transcript::Long(long) => long.key.capacity() + long.rewritten_key.capacity() + long.rewritten.capacity(),
         }
     }
 
@@ -61,22 +74,32 @@ impl Transcript {
     }
 }
 
-/// The first `length` bytes of the transcript at `key`, one [`CHUNK`] at a time, each read when the
-/// previous one was sent. Fails if Redis holds fewer bytes than that (the transcript shrank).
-pub fn chunks(model: ReadModel, key: String, length: u64) -> impl Stream<Item = std::io::Result<Vec<u8>>> {
+/// The transcript's first `length` bytes, one [`CHUNK`] at a time, each read when the previous one was
+/// sent. Fails if a transcript of the organization was rewritten since the page was read, or Redis holds
+/// fewer bytes than that (the transcript shrank).
+pub fn chunks(model: ReadModel, long: Long) -> impl Stream<Item = std::io::Result<Vec<u8>>> {
     futures::stream::try_unfold(0u64, move |start| {
-        let (model, key) = (model.clone(), key.clone());
+        let (model, long) = (model.clone(), long.clone());
         async move {
-            if start >= length {
+            if start >= long.length {
                 return Ok(None);
             }
-            let end = (start + CHUNK).min(length);
-            let bytes = model.range(&key, start, end - 1).await.map_err(|e| {
-                tracing::warn!(error = %e, "a long transcript could not be read; the response is cut short");
+            let end = (start + CHUNK).min(long.length);
+            let mut invocation = TRANSCRIPT_CHUNK_SCRIPT.key(&long.key);
+            invocation.key(&long.rewritten_key).arg(start).arg(end - 1).arg(&long.rewritten);
+            let bytes: Vec<u8> = model.invoke(&invocation).await.map_err(|e| {
+                if e.code() == Some("REWRITTEN") {
+                    tracing::info!(
+                        key = long.key,
+                        "a transcript was rewritten while it was sent; the response is cut short"
+                    );
+                } else {
+                    tracing::warn!(error = %e, "a long transcript could not be read; the response is cut short");
+                }
                 std::io::Error::other(e)
             })?;
             if (bytes.len() as u64) < end - start {
-                tracing::warn!(key, "a transcript shrank while it was sent; the response is cut short");
+                tracing::warn!(key = long.key, "a transcript shrank while it was sent; the response is cut short");
                 return Err(std::io::Error::other("the transcript changed while it was sent"));
             }
             Ok(Some((bytes, end)))
@@ -90,12 +113,15 @@ mod tests {
 
     #[test]
     fn a_reply_reads_as_no_transcript_a_whole_one_or_a_long_one() {
-        assert_eq!(Transcript::from_reply(Value::Nil).unwrap(), Transcript::None);
-        let whole = Transcript::from_reply(Value::BulkString(b"WEBVTT\n".to_vec())).unwrap();
+        assert_eq!(Transcript::from_reply(Value::Nil, "r").unwrap(), Transcript::None);
+        let whole = Transcript::from_reply(Value::BulkString(b"WEBVTT\n".to_vec()), "r").unwrap();
         assert_eq!(whole, Transcript::Whole("WEBVTT\n".into()));
-        let long = Value::Array(vec![Value::BulkString(b"t:org:i1".to_vec()), Value::Int(40_000_000)]);
-        let long = Transcript::from_reply(long).unwrap();
-        assert_eq!(long, Transcript::Long { key: "t:org:i1".into(), length: 40_000_000 });
+        let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
+        let long = Value::Array(vec![bulk("t:org:i1"), Value::Int(40_000_000), bulk("")]);
+        let long = Transcript::from_reply(long, "r:org").unwrap();
+        let expected =
+            Long { key: "t:org:i1".into(), length: 40_000_000, rewritten_key: "r:org".into(), rewritten: "".into() };
+        assert_eq!(long, Transcript::Long(expected));
         assert_eq!(long.inline_bytes(), 0, "a long transcript is not written in memory");
     }
 }
