@@ -1,8 +1,8 @@
 //! The users of deploy/redis/users.acl (which `scripts/stack up` loads into the stack's Redis) may do no
 //! more than the file says: no flush, no reconfiguring, no key outside `rm:*`, no writes for the API's
 //! user, not even through a script; the projector's operator commands run as its user; a projector whose
-//! user may not run `INFO` projects and heals all the same and says so once; and the file loads as an
-//! `aclfile`.
+//! user may not run `INFO` projects and heals all the same and says so once; a write its user may not
+//! finish writes nothing and waits; and the file loads as an `aclfile`.
 
 use std::process::Command;
 use std::time::Duration;
@@ -233,4 +233,54 @@ fn the_acl_file_loads_into_a_redis_of_its_own_as_an_aclfile() {
     let users = cli(&["ACL", "USERS"]);
     assert_eq!(users.lines().collect::<Vec<_>>(), ["default", "projector", "query-api"]);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The projector's Redis user loses a command the write script needs (`ZADD`, as after an ACL change):
+/// the script must write nothing rather than stop halfway (the state ahead of the index, after which
+/// every retry would take the events for duplicates and the studies would never be listed), and the
+/// events wait, none set aside, until the user may run it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_the_projectors_user_may_not_finish_writes_nothing_and_is_applied_whole_once_allowed() {
+    let own = end_to_end::own_redis::OwnRedis::start();
+    own.cli(&["ACL", "SETUSER", "limited", "on", ">limited-0123456789", "~*", "&*", "+@all", "-zadd"]);
+    let (org, at) = ("org", "2026-05-01T10:00:00Z");
+    let messages: Vec<_> = (0..20)
+        .flat_map(|i| {
+            let id = format!("s{i:02}");
+            [
+                event(Topic::Study, org, &id, 1, "study.created", at, json!({"internalTitle": "T"})),
+                event(Topic::Study, org, &id, 2, "study.launched", at, json!({})),
+                event(Topic::Study, org, &id, 3, "study.completed", at, json!({"completedAt": at})),
+            ]
+        })
+        .collect();
+    let topics = Topics::holding(&messages).await;
+    let prefix = unique("limited");
+    let mut config = runner::config(&topics, &prefix, &unique("g"));
+    config.redis_url = format!("redis://limited:limited-0123456789@127.0.0.1:{}", own.port()).into();
+    config.redis_cluster = false;
+    let running = runner::spawn(config).await;
+    eventually(Duration::from_secs(60), "the refused writes to be retried (or taken)", || async {
+        let snapshot = running.snapshot();
+        (snapshot.retries >= 3 || running.consumed() >= messages.len() as u64).then_some(())
+    })
+    .await;
+    let mut conn = redis::Client::open(own.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let keys = Keyspace::new(prefix, 1);
+    let state: Option<String> = redis::cmd("HGET")
+        .arg(keys.aggregate(Topic::Study, org, "s00"))
+        .arg("seq")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(state, None, "a write stopped by the ACL wrote nothing");
+    assert_eq!(running.snapshot().dead_lettered, 0, "no event is at fault");
+
+    own.cli(&["ACL", "SETUSER", "limited", "+zadd"]);
+    running.wait_until_consumed(messages.len() as u64, Duration::from_secs(60)).await;
+    let snapshot = running.snapshot();
+    assert_eq!((snapshot.applied, snapshot.duplicates, snapshot.dead_lettered), (60, 0, 0), "{snapshot:?}");
+    let listed: u64 = redis::cmd("ZCARD").arg(keys.studies(org)).query_async(&mut conn).await.unwrap();
+    assert_eq!(listed, 20, "every completed study listed");
+    running.stop().await;
 }

@@ -72,9 +72,22 @@ pub enum StoreError {
 }
 
 /// Redis's error codes that say "not now": the server is full, busy, loading, read-only, failing over or
-/// moving a slot. Wherever they come from, a write script included, trying again later can succeed.
-const TRANSIENT: [&str; 10] =
-    ["OOM", "READONLY", "BUSY", "LOADING", "TRYAGAIN", "MASTERDOWN", "CLUSTERDOWN", "MOVED", "ASK", "NOREPLICAS"];
+/// moving a slot, or the projector's Redis user lacks a command of the write script (`NOPERM`: the script
+/// then writes nothing, and an operator fixes the ACL; no event is at fault, so none is set aside).
+/// Wherever they come from, a write script included, trying again later can succeed.
+const TRANSIENT: [&str; 11] = [
+    "OOM",
+    "READONLY",
+    "BUSY",
+    "LOADING",
+    "TRYAGAIN",
+    "MASTERDOWN",
+    "CLUSTERDOWN",
+    "MOVED",
+    "ASK",
+    "NOREPLICAS",
+    "NOPERM",
+];
 
 impl StoreError {
     /// Whether trying again cannot help: the events are at fault (a key of the wrong type, keys in two

@@ -74,6 +74,40 @@ end
 if not ok then
   return redis.error_reply('WRONGTYPE a key of this aggregate holds another type than the read model writes')
 end
+-- Nor unless the user may run every command it runs (Redis 7 and later can tell): a script the ACL stops
+-- halfway would leave the state ahead of the index, and every retry would take the events for duplicates.
+if redis.acl_check_cmd then
+  local may = redis.acl_check_cmd
+  local allowed = may('HSET', KEYS[1], 'seq', ARGV[2])
+  if ARGV[5] == 'set' then
+    allowed = allowed and may('HSET', KEYS[3], ARGV[4], 'x')
+  elseif ARGV[5] == 'delete' then
+    allowed = allowed and may('HDEL', KEYS[3], ARGV[4])
+  end
+  if op == 'add' then
+    allowed = allowed and may('ZADD', KEYS[2], '0', ARGV[4])
+  elseif op == 'remove' then
+    allowed = allowed and may('ZREM', KEYS[2], ARGV[4])
+  elseif key_op then
+    allowed = allowed and may('SET', KEYS[3], 'x') and may('HSET', KEYS[2], 'key', ARGV[4]) and may('DEL', KEYS[2])
+    for i = 6, #KEYS do
+      allowed = allowed and may('DEL', KEYS[i])
+    end
+  end
+  if ARGV[9] == 'append' then
+    allowed = allowed and may('SET', KEYS[4], 'x') and may('APPEND', KEYS[4], 'x')
+  elseif ARGV[9] == 'set' then
+    allowed = allowed and may('SET', KEYS[4], 'x')
+  elseif ARGV[9] == 'delete' then
+    allowed = allowed and may('DEL', KEYS[4])
+  end
+  if not key_op and KEYS[6] then
+    allowed = allowed and may('SET', KEYS[6], 'x') and (not KEYS[7] or may('SET', KEYS[7], 'x'))
+  end
+  if not allowed then
+    return redis.error_reply('NOPERM the Redis user may not run every command of the write script: nothing written')
+  end
+end
 local id = ARGV[4]
 redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'state', ARGV[3])
 if ARGV[5] == 'set' then
