@@ -47,7 +47,9 @@ impl Pipeline {
             .collect();
         let (_never, mut stopped) = tokio::sync::watch::channel(false);
         // No guard: this benchmark's Redis loses nothing while it runs.
-        if let Err(interrupted) = project(&records, &(), &mut self.store, &self.metrics, &mut (), &mut stopped).await {
+        if let Err(interrupted) =
+            project(&records, &mut (), &mut self.store, &self.metrics, &mut (), &mut stopped).await
+        {
             bail!("the batch was not applied: {interrupted:?}");
         }
         Ok(())

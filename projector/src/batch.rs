@@ -2,12 +2,16 @@
 //!
 //! 1. take what the broker has: up to `BATCH_SIZE` messages, lingering `BATCH_LINGER_MS` to fill up (none
 //!    by default);
-//! 2. decode each message: poison is set aside in its dead-letter topic with the reason, a well-formed
-//!    event of an unknown type is skipped;
+//! 2. decode each message: poison is to be set aside in its dead-letter topic with the reason, a
+//!    well-formed event of an unknown type is skipped;
 //! 3. group the events by aggregate; fold each group over the aggregate's stored state and write the
 //!    result with one atomic script that checks the stored sequence (`store`);
-//! 4. count what became of every message, once, in the metrics;
-//! 5. commit the batch's offsets, now that every message in it is applied or set aside.
+//! 4. set the poison aside, and the events Redis refused for good; unless so much of a partition's
+//!    latest messages would be poison that the dead-letter limit halts it at its first letter (a broken
+//!    release): then nothing of it from there is set aside or written, and it is read again later;
+//! 5. count what became of every message, once, in the metrics;
+//! 6. commit the batch's offsets, now that every message in it is applied or set aside (a halted
+//!    partition's up to where it halted).
 //!
 //! Steps 2 and 3 retry with backoff until they succeed or the projector shuts down. A crash anywhere
 //! replays the batch, which changes nothing the second time: every write checks the aggregate's sequence.
@@ -20,7 +24,7 @@
 //! since it last looked (a restart, a failover, a flush). If it did, the batch is dropped unwritten: folded
 //! onto lost state it would be wrong for good. The caller heals, and the batch is read again.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
 
@@ -36,6 +40,7 @@ use crate::backoff::Backoff;
 use crate::observe::{Metrics, Outcome, Tally};
 use crate::source::Source;
 pub use crate::source::{Batch, BrokerError, DeadLetter, Partition, Record};
+use crate::source::{DeadLetterLimit, DeadLetterWriter, Seen};
 use crate::store::{Applied, Group, Store, StoreError};
 
 /// What one call of [`step`] did.
@@ -95,17 +100,27 @@ pub async fn step(
     stopped: &mut watch::Receiver<bool>,
     idle: Duration,
 ) -> Step {
+    match source.resume_due() {
+        Ok(resumed) => {
+            for partition in resumed {
+                tracing::info!(%partition, "reading a partition halted by the dead-letter limit again");
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not read the halted partitions again; trying later"),
+    }
     let Some(batch) = source.next_batch(stopped, idle).await else { return Step::Stopped };
     if batch.is_empty() {
         pass_undelivered(source);
         return Step::Idle;
     }
-    let records: Vec<Record<'_>> = batch.records().collect();
+    // A halted partition is not read; should the consumer still deliver it, nothing of it is taken.
+    let records: Vec<Record<'_>> = batch.records().filter(|r| !source.is_waiting(r)).collect();
     guard.positions(source.positions());
     let span = batch_span(&batch);
-    let poison = Poison { source, batch: &batch };
-    match project(&records, &poison, store, metrics, guard, stopped).instrument(span.clone()).await {
-        Ok(()) => {}
+    let (writer, limit) = source.dead_letters();
+    let mut poison = Poison { writer, limit, batch: &batch };
+    let halts = match project(&records, &mut poison, store, metrics, guard, stopped).instrument(span.clone()).await {
+        Ok(halts) => halts,
         Err(Interrupted::Stopped) => return Step::Stopped,
         Err(interrupted @ (Interrupted::Lost(_) | Interrupted::Unanswered)) => {
             // The messages taken past what was applied are read again.
@@ -117,9 +132,17 @@ pub async fn step(
                 _ => Step::Idle,
             };
         }
-    }
+    };
     // Shutting down: commit synchronously, so that a restart does not apply the batch again.
-    span.in_scope(|| source.commit(&batch, *stopped.borrow()));
+    if let Err(e) = span.in_scope(|| source.commit(&batch, &halts, *stopped.borrow())) {
+        tracing::warn!(error = %e, "could not stop reading a halted partition; its messages are left untaken");
+    }
+    for (partition, offset) in &halts {
+        let reason = source.halted().get(partition).map(|h| h.reason.as_str()).unwrap_or_default();
+        tracing::error!(%partition, offset, %reason, "so much of the partition's latest messages would be poison \
+            that the dead-letter limit halts it here, setting nothing aside (a broken release?); read again later");
+    }
+    metrics.set_halted(source.halted());
     let applied = records.len();
     drop(records);
     drop(batch);
@@ -160,9 +183,20 @@ fn batch_span(batch: &Batch) -> tracing::Span {
     span
 }
 
-/// Where poison messages go; the broker's dead-letter topics, or nowhere for a benchmark from memory.
+/// Where poison messages go, and the dead-letter limit that may halt a partition instead; the broker's
+/// dead-letter topics, or nowhere (and no limit) for a benchmark from memory.
 pub trait SetAside {
     fn set_aside(&self, letters: &[DeadLetter]) -> impl Future<Output = Result<(), BrokerError>> + Send;
+
+    /// The partitions the limit would halt, and where, given the batch's messages: changes nothing.
+    fn would_halt(&self, _seen: &BTreeMap<Partition, Vec<Seen<'_>>>) -> BTreeMap<Partition, i64> {
+        BTreeMap::new()
+    }
+
+    /// The partitions the limit halts, and where, given the batch's messages; the others' are recorded.
+    fn halt(&mut self, _seen: &BTreeMap<Partition, Vec<Seen<'_>>>) -> Vec<(Partition, i64)> {
+        Vec::new()
+    }
 }
 
 /// Nowhere: for a benchmark or a test from memory, which has no dead-letter topic.
@@ -172,50 +206,81 @@ impl SetAside for () {
     }
 }
 
-/// The broker's dead-letter topics, for the poison of one batch: each letter keeps its message's headers.
+/// The broker's dead-letter topics, for the poison of one batch (each letter keeps its message's
+/// headers), and the dead-letter limit.
 struct Poison<'a> {
-    source: &'a Source,
+    writer: DeadLetterWriter<'a>,
+    limit: &'a mut DeadLetterLimit,
     batch: &'a Batch,
 }
 
 impl SetAside for Poison<'_> {
     async fn set_aside(&self, letters: &[DeadLetter]) -> Result<(), BrokerError> {
-        self.source.write_dead_letters(letters, self.batch).await
+        self.writer.write(letters, self.batch).await
+    }
+
+    fn would_halt(&self, seen: &BTreeMap<Partition, Vec<Seen<'_>>>) -> BTreeMap<Partition, i64> {
+        self.limit.would_halt(seen).into_iter().map(|(partition, (offset, _))| (partition, offset)).collect()
+    }
+
+    fn halt(&mut self, seen: &BTreeMap<Partition, Vec<Seen<'_>>>) -> Vec<(Partition, i64)> {
+        self.limit.check(seen, Instant::now())
     }
 }
 
-/// Steps 2 to 4 for a batch of records: decode, set poison aside, fold and write, count. Interrupted
+/// Steps 2 to 5 for a batch of records: decode, fold and write, set poison aside, count. Returns the
+/// partitions the dead-letter limit halted, each with the offset it halted at: nothing of it from there
+/// was set aside, and none of its events from there were written (but those written before Redis
+/// refused one for good, which are written again, changing nothing, when it is read again). Interrupted
 /// when shut down before every message was applied or set aside, or when the guard says Redis may have
 /// lost data (then nothing of the batch was written).
 pub async fn project(
     records: &[Record<'_>],
-    poison: &impl SetAside,
+    poison: &mut impl SetAside,
     store: &mut Store,
     metrics: &Metrics,
     guard: &mut impl Guard,
     stopped: &mut watch::Receiver<bool>,
-) -> Result<(), Interrupted> {
+) -> Result<Vec<(Partition, i64)>, Interrupted> {
     let started = Instant::now();
     metrics.in_hand.set(records.len() as i64);
-    let mut tally = Tally::new();
-    let (events, origins, letters) = decode_all(records, &mut tally);
-    if !set_aside(poison, &letters, metrics, stopped).await {
-        return Err(Interrupted::Stopped);
+    let DecodedBatch { mut events, mut origins, mut letters, skipped } = decode_all(records);
+    // A partition its poison alone halts: none of its events from its first letter is written.
+    let held = poison.would_halt(&seen(records, &letters));
+    if !held.is_empty() {
+        let keep: Vec<bool> = origins.iter().map(|origin| !beyond(&held, &records[*origin])).collect();
+        let mut kept = keep.iter();
+        events.retain(|_| *kept.next().expect("one per event"));
+        let mut kept = keep.iter();
+        origins.retain(|_| *kept.next().expect("one per event"));
     }
     let groups = group(&events);
     let (applied, refused) = write_all(&groups, store, metrics, guard, stopped).await?;
     // An aggregate Redis refuses for good is set aside like poison: its partition goes on.
-    let mut letters = Vec::new();
     for (group, reason) in refused {
         tracing::error!(aggregate = group.aggregate_id, %reason, "redis refused an aggregate's events; set aside");
         for event in &group.events {
-            let record = &records[origins[events.iter().position(|e| std::ptr::eq(e, *event)).expect("in batch")]];
-            count(&mut tally, group.topic, &event.envelope.kind, Outcome::DeadLettered);
-            letters.push(DeadLetter::new(record, format!("redis refused the write: {reason}")));
+            let origin = origins[events.iter().position(|e| std::ptr::eq(e, *event)).expect("in batch")];
+            let letter = DeadLetter::new(&records[origin], format!("redis refused the write: {reason}"));
+            letters.push(Letter { letter, origin, topic: group.topic, kind: event.envelope.kind.clone() });
         }
     }
-    if !set_aside(poison, &letters, metrics, stopped).await {
+    let halts: BTreeMap<Partition, i64> = poison.halt(&seen(records, &letters)).into_iter().collect();
+    let mut tally = Tally::new();
+    let mut kept = Vec::with_capacity(letters.len());
+    for Letter { letter, origin, topic, kind } in letters {
+        if !beyond(&halts, &records[origin]) {
+            count(&mut tally, topic, &kind, Outcome::DeadLettered);
+            kept.push(letter);
+        }
+    }
+    if !set_aside(poison, &kept, metrics, stopped).await {
         return Err(Interrupted::Stopped);
+    }
+    for (origin, kind) in skipped {
+        if !beyond(&halts, &records[origin]) {
+            count(&mut tally, records[origin].topic, &kind, Outcome::Skipped);
+        }
     }
     if let Some(latest) = events.iter().map(|e| e.envelope.occurred_at).max() {
         metrics.applied_event_at(latest.timestamp_micros() as f64 / 1e6);
@@ -232,7 +297,27 @@ pub async fn project(
     metrics.in_hand.set(0);
     metrics.applied_batch(records.len(), started.elapsed().as_secs_f64());
     tracing::debug!(messages = records.len(), ?tally, "batch applied");
-    Ok(())
+    Ok(halts.into_iter().collect())
+}
+
+/// Whether `record` is at or past where its partition halts (or would).
+fn beyond(halts: &BTreeMap<Partition, i64>, record: &Record<'_>) -> bool {
+    !halts.is_empty()
+        && halts
+            .iter()
+            .any(|(p, at)| p.partition == record.partition && p.topic == record.topic_name && record.offset >= *at)
+}
+
+/// The batch's messages as the dead-letter limit sees them: per partition, in offset order, each with
+/// the reason it would be set aside for, if it would.
+fn seen<'a>(records: &[Record<'_>], letters: &'a [Letter]) -> BTreeMap<Partition, Vec<Seen<'a>>> {
+    let reasons: HashMap<usize, &str> = letters.iter().map(|l| (l.origin, l.letter.reason.as_str())).collect();
+    let mut by_partition: HashMap<(&str, i32), Vec<Seen<'a>>> = HashMap::new();
+    for (i, record) in records.iter().enumerate() {
+        let seen = by_partition.entry((record.topic_name, record.partition)).or_default();
+        seen.push((record.offset, reasons.get(&i).copied()));
+    }
+    by_partition.into_iter().map(|((topic, partition), seen)| (Partition::new(topic, partition), seen)).collect()
 }
 
 /// Writes dead letters, trying again until the broker has them; false when shut down first.
@@ -319,12 +404,28 @@ async fn write_all<'a>(
     Ok((applied, refused))
 }
 
-/// Decodes every record: the events to apply with the index of the record each came from, and the
-/// poison to set aside (skipped and poison messages are counted here; events once applied).
-fn decode_all(records: &[Record<'_>], tally: &mut Tally) -> (Vec<Event>, Vec<usize>, Vec<DeadLetter>) {
+/// A message to set aside: its letter, which record it is, and its topic and type for the metrics.
+struct Letter {
+    letter: DeadLetter,
+    origin: usize,
+    topic: Topic,
+    kind: String,
+}
+
+/// A batch decoded: the events to apply with the index of the record each came from, the poison, and
+/// the events of a type this service does not know (index and type).
+struct DecodedBatch {
+    events: Vec<Event>,
+    origins: Vec<usize>,
+    letters: Vec<Letter>,
+    skipped: Vec<(usize, String)>,
+}
+
+/// Decodes every record.
+fn decode_all(records: &[Record<'_>]) -> DecodedBatch {
     let mut events = Vec::with_capacity(records.len());
     let mut origins = Vec::with_capacity(records.len());
-    let mut letters = Vec::new();
+    let (mut letters, mut skipped) = (Vec::new(), Vec::new());
     for (i, record) in records.iter().enumerate() {
         let decoded = match record.value {
             Some(value) => decode(record.topic, record.key, value),
@@ -337,16 +438,16 @@ fn decode_all(records: &[Record<'_>], tally: &mut Tally) -> (Vec<Event>, Vec<usi
             }
             Ok(Decoded::Unknown { envelope }) => {
                 tracing::info!(topic = record.topic_name, kind = %envelope.kind, event_id = %envelope.event_id, "skipped an event of an unknown type");
-                count(tally, record.topic, &envelope.kind, Outcome::Skipped);
+                skipped.push((i, envelope.kind));
             }
             Err(poison) => {
-                tracing::warn!(topic = record.topic_name, partition = record.partition, offset = record.offset, reason = %poison, "poison message set aside");
-                count(tally, record.topic, &claimed_type(record), Outcome::DeadLettered);
-                letters.push(DeadLetter::new(record, poison.0));
+                tracing::warn!(topic = record.topic_name, partition = record.partition, offset = record.offset, reason = %poison, "poison message");
+                let (topic, kind) = (record.topic, claimed_type(record));
+                letters.push(Letter { letter: DeadLetter::new(record, poison.0), origin: i, topic, kind });
             }
         }
     }
-    (events, origins, letters)
+    DecodedBatch { events, origins, letters, skipped }
 }
 
 fn count(tally: &mut Tally, topic: Topic, kind: &str, outcome: Outcome) {

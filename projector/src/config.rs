@@ -87,6 +87,27 @@ pub struct Config {
     #[arg(long, env = "PROJECTOR_STALL_AFTER_SECS", default_value_t = 60)]
     pub stall_after_secs: u64,
 
+    /// The dead-letter limit: how many of a partition's latest messages count. Once more than
+    /// DEAD_LETTER_LIMIT_RATIO of them, and at least DEAD_LETTER_LIMIT_MIN, would be set aside as poison,
+    /// the partition halts instead (a broken release, a write script Redis does not load), is reported by
+    /// /readyz and `projector_partitions_halted`, and is read again every DEAD_LETTER_LIMIT_RETRY_SECS.
+    #[arg(long, env = "DEAD_LETTER_LIMIT_WINDOW", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    pub dead_letter_limit_window: u32,
+
+    /// The share of dead letters among a partition's latest messages above which it halts; 1 turns the
+    /// limit off (every poison message is set aside, however many).
+    #[arg(long, env = "DEAD_LETTER_LIMIT_RATIO", default_value_t = 0.5)]
+    pub dead_letter_limit_ratio: f64,
+
+    /// The fewest dead letters among a partition's latest messages that halt it.
+    #[arg(long, env = "DEAD_LETTER_LIMIT_MIN", default_value_t = 20)]
+    pub dead_letter_limit_min: u32,
+
+    /// Seconds a partition halted by the dead-letter limit waits before it is read again from where it
+    /// stopped (it goes on if its message there now goes through).
+    #[arg(long, env = "DEAD_LETTER_LIMIT_RETRY_SECS", default_value_t = 30)]
+    pub dead_letter_limit_retry_secs: u64,
+
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -100,6 +121,9 @@ impl Config {
     pub fn validate(&self) -> Result<(), crate::Error> {
         if self.key_prefix.contains(['{', '}']) {
             return Err(crate::Error::Config("KEY_PREFIX must not contain braces".into()));
+        }
+        if !(self.dead_letter_limit_ratio > 0.0 && self.dead_letter_limit_ratio <= 1.0) {
+            return Err(crate::Error::Config("DEAD_LETTER_LIMIT_RATIO must be above 0 and at most 1".into()));
         }
         Ok(())
     }
@@ -165,5 +189,15 @@ impl Config {
 
     pub fn stall_after(&self) -> Duration {
         Duration::from_secs(self.stall_after_secs)
+    }
+
+    /// When a partition's poison halts it rather than being set aside.
+    pub fn dead_letter_limit(&self) -> crate::source::LimitSettings {
+        crate::source::LimitSettings {
+            window: self.dead_letter_limit_window as usize,
+            ratio: self.dead_letter_limit_ratio,
+            min_letters: self.dead_letter_limit_min as usize,
+            retry: Duration::from_secs(self.dead_letter_limit_retry_secs),
+        }
     }
 }

@@ -231,3 +231,53 @@ async fn a_poison_message_whose_reason_quotes_megabytes_is_set_aside_with_a_shor
     assert!(reason.contains("sequence") || reason.contains("invalid"), "the reason still says why: {reason}");
     running.stop().await;
 }
+
+/// A release or a Redis that refuses every event of a partition for good (here: a key every write of the
+/// organization touches holds another type, so the write script refuses each one) would set the whole
+/// partition aside as poison, and the read model would fall silently behind. The dead-letter limit halts
+/// the partition instead: nothing is set aside, readiness and a gauge say so, and once the cause is fixed
+/// the partition goes on from where it stopped, every event applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partition_whose_every_event_redis_refuses_halts_sets_nothing_aside_and_goes_on_once_fixed() {
+    let org = unique("refused");
+    let at = "2026-05-01T10:00:00Z";
+    let messages: Vec<_> = (0..40)
+        .flat_map(|i| {
+            let id = format!("{org}-s{i:02}");
+            [
+                event(Topic::Study, &org, &id, 1, "study.created", at, json!({"internalTitle": "T"})),
+                event(Topic::Study, &org, &id, 2, "study.launched", at, json!({})),
+                event(Topic::Study, &org, &id, 3, "study.completed", at, json!({"completedAt": at})),
+            ]
+        })
+        .collect();
+    let topics = Topics::with_partitions(1).await;
+    let prefix = unique("halt");
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let _: () = redis().await.hset(keys.org_epoch(&org), "not", "a string").await.unwrap();
+    kafka::publish(&kafka::producer(), &topics, &messages).await;
+    let mut config = runner::config(&topics, &prefix, &unique("g"));
+    config.dead_letter_limit_retry_secs = 1;
+    config.http_addr = "127.0.0.1:0".parse().unwrap();
+    let running = runner::spawn(config).await;
+
+    let halted = || end_to_end::metrics::sample(&running.metrics_text(), "projector_partitions_halted", &[]);
+    eventually(WAIT, "the partition halted by the dead-letter limit", || async { (halted() == 1.0).then_some(()) })
+        .await;
+    let ready = reqwest::get(format!("http://{}/readyz", running.http.expect("an HTTP server"))).await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body["status"], "halted by the dead-letter limit", "{body}");
+    let line = body["partitions"][0].as_str().unwrap();
+    assert!(line.contains("/0 at 0: redis refused the write: ") && line.contains("WRONGTYPE"), "{body}");
+    assert_eq!(running.snapshot().dead_lettered, 0, "nothing set aside: {:?}", running.snapshot());
+
+    let _: () = redis().await.del(keys.org_epoch(&org)).await.unwrap();
+    running.wait_until_consumed(messages.len() as u64, WAIT).await;
+    eventually(WAIT, "the partition to go on", || async { (halted() == 0.0).then_some(()) }).await;
+    let snapshot = running.snapshot();
+    assert_eq!((snapshot.dead_lettered, snapshot.applied), (0, 120), "{snapshot:?}");
+    let completed: u64 = redis().await.zcard(keys.studies(&org)).await.unwrap();
+    assert_eq!(completed, 40, "every study applied once the write went through");
+    running.stop().await;
+}

@@ -176,7 +176,7 @@ async fn project(
         .collect();
     let metrics = projector::Metrics::new(shared::Topic::ALL.map(|t| t.default_name().to_string()));
     let (_running, mut stopped) = tokio::sync::watch::channel(false);
-    projector::batch::project(&records, &(), store, &metrics, guard, &mut stopped).await
+    projector::batch::project(&records, &mut (), store, &metrics, guard, &mut stopped).await.map(|_halts| ())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

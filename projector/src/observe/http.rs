@@ -2,7 +2,7 @@
 //!
 //! Ready means making progress: a projector that is behind (lag above zero) and has applied nothing for
 //! `stall_after` is not ready, so a stalled projection never looks healthy; nor is one whose Redis
-//! refuses writes for lack of memory. A rebuild that is still catching up, and a projector projecting
+//! refuses writes for lack of memory, nor one with a partition halted by the dead-letter limit. A rebuild that is still catching up, and a projector projecting
 //! again after Redis lost data, say so, and are ready.
 
 use std::net::SocketAddr;
@@ -45,6 +45,17 @@ async fn metrics(State(health): State<Health>) -> Response {
 async fn readyz(State(health): State<Health>) -> Response {
     let lag = health.metrics.total_lag();
     let idle = health.metrics.since_progress();
+    if health.metrics.halts.halted.get() > 0 {
+        let body = json!({
+            "status": "halted by the dead-letter limit",
+            "partitions": health.metrics.halts.detail(),
+            "reason": "so much of these partitions' latest messages would be set aside as poison that they stopped \
+                where they are, setting nothing aside (a broken release, a write script Redis refuses): fix it \
+                and they go on; they are read again every DEAD_LETTER_LIMIT_RETRY_SECS",
+            "lag": lag,
+        });
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
+    }
     if health.rebuilding.load(Ordering::Relaxed) {
         let remaining = health.metrics.rebuild_remaining.get();
         return Json(json!({ "status": "rebuilding", "remaining": remaining })).into_response();

@@ -133,6 +133,8 @@ pub struct Metrics {
     pub redis: super::redis_health::RedisHealth,
     /// The errors librdkafka reported.
     pub kafka: super::kafka_health::KafkaHealth,
+    /// The partitions the dead-letter limit halted.
+    pub halts: super::halt_health::HaltHealth,
     total_lag: AtomicI64,
 }
 
@@ -196,7 +198,9 @@ impl Metrics {
         );
         let redis = super::redis_health::RedisHealth::register(&mut registry);
         let kafka = super::kafka_health::KafkaHealth::register(&mut registry);
+        let halts = super::halt_health::HaltHealth::register(&mut registry);
         Self {
+            halts,
             kafka,
             latest_event,
             redis,
@@ -266,6 +270,11 @@ impl Metrics {
     /// Whether this projector has applied everything it reads and is not projecting again after a loss.
     pub fn caught_up(&self) -> bool {
         self.total_lag() == 0 && self.redis.healing.get() == 0
+    }
+
+    /// What the dead-letter limit holds halted now.
+    pub fn set_halted(&self, halted: &std::collections::BTreeMap<crate::source::Partition, crate::source::Halt>) {
+        self.halts.set(halted);
     }
 
     /// Records progress now.

@@ -1,6 +1,7 @@
 //! What the projector tells its operators while it runs: one Prometheus registry of counters, gauges and
 //! histograms, and the small HTTP server of `/metrics`, `/livez` and `/readyz`.
 
+mod halt_health;
 mod http;
 mod kafka_health;
 mod metrics;

@@ -4,13 +4,14 @@
 
 mod consumer;
 mod dead_letter;
+mod dead_letter_limit;
 mod offsets;
 mod prerequisites;
 mod reader;
 mod settings;
 mod undelivered;
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ pub use consumer::{Batch, FETCH_WAIT_MAX_MS};
 pub use dead_letter::{
     dead_letter_topic, list as list_dead_letters, replay as replay_dead_letters, DeadLetter, ReplayError,
 };
+pub use dead_letter_limit::{DeadLetterLimit, Halt, LimitSettings, Seen};
 pub use offsets::Progress;
 pub use prerequisites::check as check_prerequisites;
 pub use reader::Reader;
@@ -91,6 +93,18 @@ pub struct Source {
     assigned: BTreeSet<Partition>,
     /// Moves partitions past offsets with nothing to deliver.
     undelivered: undelivered::Passer,
+    /// Which partitions set so many messages aside that they halted ([`dead_letter_limit`]).
+    limit: DeadLetterLimit,
+}
+
+/// Writes a batch's dead letters, each with its message's headers.
+pub struct DeadLetterWriter<'a>(&'a FutureProducer);
+
+impl DeadLetterWriter<'_> {
+    /// Writes `letters` of `batch` and waits until the broker has them all.
+    pub async fn write(&self, letters: &[DeadLetter], batch: &Batch) -> Result<(), BrokerError> {
+        Ok(dead_letter::write(self.0, letters, batch).await?)
+    }
 }
 
 impl Source {
@@ -105,6 +119,7 @@ impl Source {
             partitions: None,
             assigned: BTreeSet::new(),
             undelivered: undelivered::Passer::new(consumer::end_reader(config)?),
+            limit: DeadLetterLimit::new(config.dead_letter_limit()),
         })
     }
 
@@ -116,19 +131,48 @@ impl Source {
         }
     }
 
-    /// Writes dead letters of `batch`, each with its message's headers, and waits until the broker has
-    /// them all.
-    pub async fn write_dead_letters(&self, letters: &[DeadLetter], batch: &Batch) -> Result<(), BrokerError> {
-        Ok(dead_letter::write(&self.producer, letters, batch).await?)
+    /// The writer of dead letters and the dead-letter limit, for one batch.
+    pub fn dead_letters(&mut self) -> (DeadLetterWriter<'_>, &mut DeadLetterLimit) {
+        (DeadLetterWriter(&self.producer), &mut self.limit)
     }
 
-    /// Commits a batch that was applied: asynchronously, or synchronously when `sync` (shutting down).
-    /// A failure is logged, not fatal: applying the batch again after a restart changes nothing.
-    pub fn commit(&mut self, batch: &Batch, sync: bool) {
-        let next = offsets::next_offsets(batch.records());
+    /// The partitions halted by the dead-letter limit.
+    pub fn halted(&self) -> &BTreeMap<Partition, Halt> {
+        self.limit.halted()
+    }
+
+    /// Whether `record`'s partition is halted and waiting: none of its messages is to be taken.
+    pub fn is_waiting(&self, record: &Record<'_>) -> bool {
+        let halted = self.limit.halted();
+        !halted.is_empty()
+            && halted.keys().any(|p| p.partition == record.partition && p.topic == record.topic_name)
+            && self.limit.is_waiting(&Partition::new(record.topic_name, record.partition))
+    }
+
+    /// Commits a batch that was applied, but for the partitions that halted in it, which are committed up
+    /// to where they halted and read no more until their wait is over: asynchronously, or synchronously
+    /// when `sync` (shutting down). A failed commit is logged, not fatal: applying the batch again after a
+    /// restart changes nothing.
+    pub fn commit(&mut self, batch: &Batch, halts: &[(Partition, i64)], sync: bool) -> Result<(), BrokerError> {
+        let mut next = offsets::next_offsets(batch.records());
+        next.retain(|partition, _| !self.limit.is_waiting(partition));
+        next.extend(halts.iter().cloned());
         let mode = if sync { CommitMode::Sync } else { CommitMode::Async };
         self.commit_offsets(next.iter().map(|(p, o)| (p, *o)), mode);
         self.applied.extend(next);
+        if halts.is_empty() {
+            return Ok(());
+        }
+        self.reposition()
+    }
+
+    /// Reads again, from where they stopped, the halted partitions whose wait is over; returns them.
+    pub fn resume_due(&mut self) -> Result<Vec<Partition>, BrokerError> {
+        let due = self.limit.due(Instant::now());
+        if !due.is_empty() {
+            self.reposition()?;
+        }
+        Ok(due)
     }
 
     /// Commits, synchronously, every offset applied so far (async commits may still be in flight).
@@ -178,6 +222,7 @@ impl Source {
         }
         self.commit_applied();
         self.applied.retain(|partition, _| share.contains(partition));
+        self.limit.retain(|partition| share.contains(partition));
         let new: Vec<Partition> = share.iter().filter(|p| !self.assigned.contains(*p)).cloned().collect();
         for partition in new {
             match start(&partition) {
@@ -226,7 +271,7 @@ impl Source {
         let standing: Vec<(Partition, i64, i64)> = self
             .assigned
             .iter()
-            .filter(|p| drained.get(*p).copied().unwrap_or(false))
+            .filter(|p| drained.get(*p).copied().unwrap_or(false) && !self.limit.halted().contains_key(*p))
             .filter_map(|p| Some((p.clone(), self.applied.get(p).copied().unwrap_or(0), *ends.get(p)?)))
             .collect();
         let moved = tokio::task::block_in_place(|| self.undelivered.look(&standing))?;
@@ -242,10 +287,12 @@ impl Source {
         self.reposition()
     }
 
-    /// Assigns every partition of the share at its position in `applied`, or at its earliest offset.
+    /// Assigns every partition of the share at its position in `applied`, or at its earliest offset;
+    /// but a partition halted by the dead-letter limit and waiting, which is not read.
     fn reposition(&mut self) -> Result<(), BrokerError> {
         let at = |p: &Partition| self.applied.get(p).map_or(Offset::Beginning, |o| Offset::Offset(*o));
-        self.consumer.assign(&offsets::partition_list(self.assigned.iter().map(|p| (p, at(p))))?)?;
+        let read = self.assigned.iter().filter(|p| !self.limit.is_waiting(p));
+        self.consumer.assign(&offsets::partition_list(read.map(|p| (p, at(p))))?)?;
         Ok(())
     }
 
