@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
+use shared::loss::{Loss, Losses};
 use shared::{decode, Decoded, Event, Keyspace, Topic};
 use tokio::sync::watch;
 use tracing::Instrument;
@@ -53,7 +54,7 @@ pub enum Step {
     /// Shut down before the batch in hand was applied; it will be applied again after a restart.
     Stopped,
     /// Redis may have lost data (why, as the guard said): the batch was dropped unwritten and uncommitted.
-    Lost(String),
+    Lost(Losses),
 }
 
 /// How [`project`] ended, when it did not apply the batch.
@@ -61,7 +62,7 @@ pub enum Step {
 pub enum Interrupted {
     Stopped,
     /// Redis may have lost data: what the guard said.
-    Lost(String),
+    Lost(Losses),
     /// Redis did not say whether it lost data: nothing was written, the batch is read again.
     Unanswered,
 }
@@ -79,7 +80,7 @@ pub trait Guard {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Doubt {
     /// Redis may have lost data: what, and where.
-    Lost(String),
+    Lost(Losses),
     /// Redis did not answer the question (it is away); asked again before anything is written.
     Unanswered(String),
 }
@@ -376,7 +377,7 @@ async fn write_all<'a>(
                 applied.extend(done);
             }
             // Redis lost data between the check and the write: what the write found gone is the loss.
-            Err(StoreError::Lost(epoch)) => return Err(Interrupted::Lost(format!("{epoch} is gone"))),
+            Err(StoreError::Lost(key)) => return Err(Interrupted::Lost(Losses::one(Loss::EpochGone { key }))),
             // The look before a fold with a gap: the states it started from may be lost ones.
             Err(StoreError::Doubted(Doubt::Lost(loss))) => return Err(Interrupted::Lost(loss)),
             Err(StoreError::Doubted(Doubt::Unanswered(e))) => {

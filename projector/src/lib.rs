@@ -14,7 +14,8 @@
 //! - `run`: the long-running modes: `live`, `rebuild` (with its handover) and `repair` of one
 //!   organization or aggregate (with `redrive`, the dead letters that repair), how instances share
 //!   partitions and coordinate through Redis, and how the read model heals after Redis lost data
-//!   (`run/loss.rs` notices, `run/heal.rs` answers).
+//!   (`run/loss.rs` notices, `run/heal.rs` answers; a loss is a `shared::loss::Loss` until it is written
+//!   into a healing entry).
 //! - `observe`: one metrics registry and the HTTP server of `/metrics`, `/livez`, `/readyz`.
 //! - [`ops`]: the operator's commands, one file each; all printing lives there.
 //! - [`config`]: every setting, from flags or the environment.

@@ -2,6 +2,20 @@
 //!
 //! Keeping the event contract, the stored documents and every Redis key name in one thin crate means the
 //! two binaries cannot disagree about what is on the bus or where a document lives.
+//!
+//! # Layout
+//!
+//! - What crosses the bus and the store: [`events`] (the event contract and its decoder), [`documents`]
+//!   (what the projector stores and the API serves), [`keys`] (every Redis key name), [`time`] (one format
+//!   and one order for timestamps), [`projectors`] (the report each live projector keeps in Redis).
+//! - Healing: [`loss`] (a loss of data, as the projector names it in healing entries and the API reads it
+//!   back) and [`scope`] (which slots it touched).
+//! - Redis for both binaries (feature `connection`): `connection` (one server or a cluster),
+//!   `cluster_pipeline` (a batch as one pipeline per primary), [`cluster_nodes`] (the topology),
+//!   `redis_tls` (`rediss://` and the refusals no retry cures), [`redis_url`] (URLs shown without their
+//!   password), `lease` (a token with a TTL its holder renews: the rebuild lock, a repair's hold and lease).
+//! - Around `run()` (feature `process`): `process` (logging, traces, shutdown); and [`log_every`] (a
+//!   repeated warning at most once a period).
 
 pub mod cluster_nodes;
 #[cfg(feature = "connection")]
@@ -14,6 +28,7 @@ pub mod keys;
 #[cfg(feature = "connection")]
 pub mod lease;
 pub mod log_every;
+pub mod loss;
 #[cfg(feature = "process")]
 pub mod process;
 pub mod projectors;

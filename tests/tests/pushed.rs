@@ -330,7 +330,13 @@ async fn while_another_organizations_slots_heal_an_organization_is_served_from_m
     let healing = slot(&keys.org_epoch(fixture::GLOBEX));
     assert!(![slot(&keys.org_epoch(ACME)), slot(&keys.api_key_epoch())].contains(&healing), "pick another prefix");
     // As a projector heals what one primary of a cluster lost: its slots, here GLOBEX's one.
-    let loss = format!("flush of test{}", shared::scope::describe(&[(healing, healing)]));
+    let flush = shared::loss::Loss::Flush {
+        node: "test".into(),
+        run_id: "r".into(),
+        flushes: 1,
+        slots: vec![(healing, healing)],
+    };
+    let loss = shared::loss::HealingEntry { target: Some(1), losses: shared::loss::Losses::one(flush) }.encode();
     assert_eq!(redis.cli(&["HSET", &keys.healing(), "test", &loss]), "1");
     eventually(Duration::from_secs(10), "GLOBEX waiting", || async {
         (app.get("/v1/studies", Some(fixture::GLOBEX_KEY)).await.status() == 503).then_some(())

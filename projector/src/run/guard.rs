@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use redis::RedisResult;
 use shared::connection::Connection;
-use shared::scope::describe;
+use shared::loss::{Loss, Losses};
 use shared::Keyspace;
 
 use super::loss::{NodeInfo, Seen};
@@ -50,7 +50,7 @@ impl Watch {
     /// Both looks; the losses found, one line each (empty: none).
     /// Positions are recorded only when `INFO` saw no loss: a position written onto a flushed or
     /// rolled-back primary would vouch for data it no longer holds, and reading again would start there.
-    pub async fn losses(&mut self, keys: &Keyspace, positions: &HashMap<Partition, i64>) -> RedisResult<Vec<String>> {
+    pub async fn losses(&mut self, keys: &Keyspace, positions: &HashMap<Partition, i64>) -> RedisResult<Losses> {
         let mut losses = self.look().await?;
         if !losses.is_empty() {
             return Ok(losses);
@@ -59,19 +59,19 @@ impl Watch {
         if let Some(first) = lost.partitions.first() {
             // The slots of the primaries that lost them: the API goes on serving the organizations whose
             // keys live elsewhere (without them, a loss names every slot).
-            let (generation, slots) = (keys.generation(), describe(&lost.slots));
-            losses.push(format!("positions lost on {first} of generation {generation}{slots}"));
+            let (first, generation, slots) = (first.to_string(), keys.generation(), lost.slots);
+            losses.0.push(Loss::PositionsLost { first, generation, slots });
         }
         Ok(losses)
     }
 
     /// Reads every primary's `INFO`: sets the memory gauges and returns the losses since the last look.
-    pub async fn look(&mut self) -> RedisResult<Vec<String>> {
+    pub async fn look(&mut self) -> RedisResult<Losses> {
         if self.info_refused {
-            return Ok(Vec::new());
+            return Ok(Losses::default());
         }
         match read_info(&mut self.conn, &self.metrics).await {
-            Ok(now) => Ok(self.seen.compare(now)),
+            Ok(now) => Ok(Losses(self.seen.compare(now))),
             Err(e) if is_refused(&e) => {
                 self.info_refused = true;
                 tracing::warn!(
@@ -79,7 +79,7 @@ impl Watch {
                     "this Redis user may not run INFO: losses are told by the recorded positions alone, and the \
                      memory gauges stay empty (grant +info to see restarts and flushes at once)"
                 );
-                Ok(Vec::new())
+                Ok(Losses::default())
             }
             Err(e) => Err(e),
         }
@@ -113,7 +113,7 @@ impl Guard for Watch {
         self.positions = positions;
         match losses {
             Ok(losses) if losses.is_empty() => Ok(()),
-            Ok(losses) => Err(Doubt::Lost(losses.join("; "))),
+            Ok(losses) => Err(Doubt::Lost(losses)),
             Err(e) => Err(Doubt::Unanswered(e.to_string())),
         }
     }

@@ -6,6 +6,7 @@
 
 use redis::AsyncCommands;
 use shared::connection::Connection;
+use shared::loss::Losses;
 use shared::Keyspace;
 use tokio::sync::watch;
 
@@ -49,7 +50,7 @@ pub async fn run(
         lock.ensure_held()?;
         match projector.step(watch, stopped, std::time::Duration::from_millis(200)).await {
             Step::Stopped => return Ok(false),
-            Step::Lost(loss) => return postpone(conn, &rebuild_key, projector, watch, &loss, notify).await,
+            Step::Lost(losses) => return postpone(conn, &rebuild_key, projector, watch, losses, notify).await,
             Step::Applied(_) | Step::Idle => {}
         }
     }
@@ -66,7 +67,7 @@ pub async fn run(
                 set_phase(conn, &rebuild_key, projector, control::BUILDING).await?;
                 return Ok(false);
             }
-            Step::Lost(loss) => return postpone(conn, &rebuild_key, projector, watch, &loss, notify).await,
+            Step::Lost(losses) => return postpone(conn, &rebuild_key, projector, watch, losses, notify).await,
             Step::Applied(_) | Step::Idle => {}
         }
     }
@@ -75,7 +76,7 @@ pub async fn run(
     let keys = projector.store.keys().clone();
     let losses = watch.losses(&keys, &projector.source.positions()).await?;
     if !losses.is_empty() {
-        return postpone(conn, &rebuild_key, projector, watch, &losses.join("; "), notify).await;
+        return postpone(conn, &rebuild_key, projector, watch, losses, notify).await;
     }
     lock.check(conn).await?;
     let _: () = conn.set(Keyspace::active_generation(prefix), generation).await?;
@@ -89,11 +90,11 @@ async fn postpone(
     rebuild_key: &str,
     projector: &mut Projector,
     watch: &mut Watch,
-    loss: &str,
+    losses: Losses,
     notify: Notify<'_>,
 ) -> Result<bool, Error> {
     set_phase(conn, rebuild_key, projector, control::BUILDING).await?;
-    read_again(projector, watch, loss, notify).await?;
+    read_again(projector, watch, losses, notify).await?;
     Ok(false)
 }
 

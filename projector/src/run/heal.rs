@@ -16,6 +16,7 @@
 use std::collections::{HashMap, HashSet};
 
 use shared::connection::Connection;
+use shared::loss::{Loss, Losses};
 use shared::Keyspace;
 
 use super::guard::Watch;
@@ -30,7 +31,7 @@ pub struct Heal {
     /// The look itself, also asked before every batch is written.
     pub watch: Watch,
     /// Losses this projector has read its partitions again for.
-    answered: HashSet<String>,
+    answered: HashSet<Losses>,
     /// A loss not marked yet (Redis did not answer), or whose healing entries are not all written yet
     /// (the broker did not answer).
     pending: Option<Pending>,
@@ -39,7 +40,7 @@ pub struct Heal {
 /// A loss being marked: first the whole generation as incomplete, then each partition.
 #[derive(Clone)]
 struct Pending {
-    loss: String,
+    losses: Losses,
     /// The whole generation is marked incomplete: the API answers 503 where the loss was.
     marked: bool,
 }
@@ -54,7 +55,7 @@ impl Heal {
     pub async fn check(&mut self, projector: &mut Projector) -> Result<(), Error> {
         let keys = projector.store.keys().clone();
         match self.watch.losses(&keys, &projector.source.positions()).await {
-            Ok(losses) if !losses.is_empty() => return self.lost(projector, &losses.join("; ")).await,
+            Ok(losses) if !losses.is_empty() => return self.lost(projector, losses).await,
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "could not ask the read model's Redis about itself"),
         }
@@ -64,23 +65,23 @@ impl Heal {
 
     /// Answers a loss, found by the look or by the guard before a batch was written: marks the read
     /// model incomplete, then every partition as healing, and reads this projector's partitions again.
-    pub async fn lost(&mut self, projector: &mut Projector, loss: &str) -> Result<(), Error> {
+    pub async fn lost(&mut self, projector: &mut Projector, losses: Losses) -> Result<(), Error> {
         let mut conn = self.watch.conn();
-        if loss.split("; ").any(|l| !l.starts_with("flush")) {
+        if !losses.are_flushes() {
             store::check_no_eviction(&mut conn).await?;
         }
-        tracing::error!(%loss, "the read model's Redis lost data; projecting again from what it holds");
+        tracing::error!(loss = %losses, "the read model's Redis lost data; projecting again from what it holds");
         projector.store.forget_epochs();
         // Counted once marked: until then the API cannot know, and the loss is not answered yet. A loss
         // still being marked is marked again with this one, under one id.
-        let loss = match self.pending.take() {
-            Some(earlier) => format!("{}; {loss}", earlier.loss),
-            None => loss.to_string(),
+        let losses = match self.pending.take() {
+            Some(earlier) => earlier.losses.and(losses),
+            None => losses,
         };
         // A loss told by the same words as one answered before (the same partition's positions lost again
         // on the same generation) is a new loss: it is answered again.
-        self.answered.remove(&loss);
-        self.pending = Some(Pending { loss, marked: false });
+        self.answered.remove(&losses);
+        self.pending = Some(Pending { losses, marked: false });
         self.settle(projector).await;
         Ok(())
     }
@@ -90,12 +91,12 @@ impl Heal {
     async fn settle(&mut self, projector: &mut Projector) {
         let mut conn = self.watch.conn();
         let keys = projector.store.keys().clone();
-        if let Some(Pending { loss, marked }) = self.pending.clone() {
+        if let Some(Pending { losses, marked }) = self.pending.clone() {
             if !marked {
-                match mark_lost(projector, &mut conn, &keys, &loss).await {
+                match mark_lost(projector, &mut conn, &keys, &losses).await {
                     Ok(()) => {
                         projector.metrics.redis.losses.inc();
-                        self.pending = Some(Pending { loss: loss.clone(), marked: true });
+                        self.pending = Some(Pending { losses: losses.clone(), marked: true });
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "could not mark the read model as incomplete; trying again");
@@ -103,7 +104,7 @@ impl Heal {
                     }
                 }
             }
-            match mark_everything(projector, &mut conn, &keys, &loss).await {
+            match mark_everything(projector, &mut conn, &keys, &losses).await {
                 Ok(()) => self.pending = None,
                 Err(e) => tracing::warn!(error = %e, "could not mark every partition as healing; trying again"),
             }
@@ -119,7 +120,7 @@ impl Heal {
         let keys = projector.store.keys().clone();
         match self.watch.losses(&keys, &projector.source.positions()).await {
             Ok(losses) if losses.is_empty() => {}
-            Ok(losses) => tracing::warn!(?losses, "Redis lost data; the next start reads it again"),
+            Ok(losses) => tracing::warn!(%losses, "Redis lost data; the next start reads it again"),
             Err(e) => tracing::warn!(error = %e, "could not record the positions in Redis"),
         }
     }
@@ -131,7 +132,7 @@ impl Heal {
         let mine: HashMap<&Partition, &Healing> =
             entries.iter().filter(|(p, _)| projector.source.assigned().contains(*p)).collect();
         let again: Vec<Partition> =
-            mine.iter().filter(|(_, h)| !self.answered.contains(&h.loss)).map(|(p, _)| (*p).clone()).collect();
+            mine.iter().filter(|(_, h)| !self.answered.contains(&h.losses)).map(|(p, _)| (*p).clone()).collect();
         if !again.is_empty() {
             let starts = position::read(conn, keys, &again).await?;
             let from: Vec<String> = starts
@@ -141,7 +142,7 @@ impl Heal {
             tracing::warn!(from = %from.join(" "), "reading partitions again after a loss");
             projector.source.rewind(&starts)?;
             self.watch.forget(&again);
-            self.answered.extend(mine.values().map(|h| h.loss.clone()));
+            self.answered.extend(mine.values().map(|h| h.losses.clone()));
         }
         let positions = projector.source.positions();
         let mut left = 0;
@@ -153,7 +154,7 @@ impl Heal {
             }
         }
         projector.metrics.redis.healing.set(left);
-        projector.metrics.redis.set_reason(mine.values().next().filter(|_| left > 0).map(|h| h.loss.clone()));
+        projector.metrics.redis.set_reason(mine.values().next().filter(|_| left > 0).map(|h| h.losses.to_string()));
         Ok(())
     }
 }
@@ -170,8 +171,13 @@ return 0
 /// ends are asked of the broker), then puts the active generation forward again if the loss took it
 /// or set it back: in that order, so that the API never serves the generation before it knows it is
 /// incomplete.
-pub async fn mark_lost(projector: &Projector, conn: &mut Connection, keys: &Keyspace, loss: &str) -> Result<(), Error> {
-    position::mark_incomplete(conn, keys, loss).await?;
+pub async fn mark_lost(
+    projector: &Projector,
+    conn: &mut Connection,
+    keys: &Keyspace,
+    losses: &Losses,
+) -> Result<(), Error> {
+    position::mark_incomplete(conn, keys, losses).await?;
     if projector.config.generation.is_none() {
         let generation = keys.generation();
         for key in [Keyspace::active_generation(keys.prefix()), Keyspace::generation_counter(keys.prefix())] {
@@ -187,14 +193,14 @@ pub async fn mark_everything(
     projector: &mut Projector,
     conn: &mut Connection,
     keys: &Keyspace,
-    loss: &str,
+    losses: &Losses,
 ) -> Result<(), Error> {
     let all: Vec<Partition> = projector.source.partitions()?.to_vec();
     let ends = projector.source.ends(&all)?;
     let mut entries = HashMap::new();
     for (partition, end) in all.into_iter().zip(ends) {
         if end > 0 {
-            entries.insert(partition, Healing { target: end, loss: loss.to_string() });
+            entries.insert(partition, Healing { target: end, losses: losses.clone() });
         }
     }
     position::mark_healing(conn, keys, &entries).await?;
@@ -209,7 +215,7 @@ pub async fn behind_commits(
     projector: &mut Projector,
     conn: &mut Connection,
     keys: &Keyspace,
-) -> Result<Option<String>, Error> {
+) -> Result<Option<Loss>, Error> {
     let committed: HashMap<Partition, i64> =
         projector.source.committed()?.into_iter().filter(|(_, offset)| *offset > 0).collect();
     let partitions: Vec<Partition> = committed.keys().cloned().collect();
@@ -220,11 +226,9 @@ pub async fn behind_commits(
         .map(|(p, at)| format!("{p} at {} below {}", at.map_or("nothing".into(), |o| o.to_string()), committed[p]))
         .collect();
     behind.sort();
-    Ok(behind.first().map(|first| {
-        format!(
-            "positions behind the group's commits at start on {} partitions ({first}) of generation {}",
-            behind.len(),
-            keys.generation()
-        )
+    Ok(behind.first().map(|first| Loss::PositionsBehind {
+        partitions: behind.len(),
+        first: first.clone(),
+        generation: keys.generation(),
     }))
 }

@@ -5,6 +5,7 @@
 use std::time::{Duration, Instant};
 
 use shared::connection::Connection;
+use shared::loss::{Loss, Losses};
 use tokio::sync::watch;
 
 use super::control::{self, Signals};
@@ -38,7 +39,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
                 tracing::info!("stopping before the batch in hand was applied; it will be applied again");
                 break;
             }
-            Step::Lost(loss) => heal.lost(&mut projector, &loss).await?,
+            Step::Lost(losses) => heal.lost(&mut projector, losses).await?,
             Step::Applied(_) | Step::Idle => {}
         }
         if *stopped.borrow() {
@@ -68,8 +69,8 @@ async fn housekeeping(
             match active {
                 Some(active) if follow && active > projector.generation() => follow_up(projector, conn, active).await,
                 Some(active) if follow && active < projector.generation() => {
-                    let loss = format!("the active generation went back from {} to {active}", projector.generation());
-                    heal.lost(projector, &loss).await?;
+                    let loss = Loss::GenerationBack { from: projector.generation(), to: active };
+                    heal.lost(projector, Losses::one(loss)).await?;
                 }
                 _ => {}
             }

@@ -2,12 +2,12 @@
 //! that restarted (its `run_id` changed), was replaced (a failover: a primary gone and another new) or was flushed (`FLUSHALL`/`FLUSHDB`
 //! counted in its command statistics) may hold less than the projector applied to it. What it still holds
 //! is told by its positions ([`crate::store::position`]); the projector reads again from there. Each
-//! loss names the slots of the primary it happened on ([`shared::scope`]): the API goes on serving the
+//! loss names the slots of the primary it happened on ([`shared::loss`]): the API goes on serving the
 //! organizations whose keys live elsewhere.
 
 use std::collections::HashMap;
 
-use shared::scope::describe;
+use shared::loss::Loss;
 
 /// What one primary says of itself in `INFO server memory commandstats`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,33 +58,34 @@ pub struct Seen {
 }
 
 impl Seen {
-    /// Compares what the primaries say now with what they said before; returns one line per loss, with
-    /// an id that every projector derives alike from the same facts (so that they answer it once).
-    pub fn compare(&mut self, now: HashMap<String, NodeInfo>) -> Vec<String> {
+    /// Compares what the primaries say now with what they said before; returns the losses, named alike
+    /// by every projector from the same facts (so that they answer each once).
+    pub fn compare(&mut self, now: HashMap<String, NodeInfo>) -> Vec<Loss> {
         let mut losses = Vec::new();
         if !self.last.is_empty() {
             let before: HashMap<&str, &NodeInfo> = self.last.values().map(|n| (n.run_id.as_str(), n)).collect();
             for (address, node) in &now {
                 match before.get(node.run_id.as_str()) {
                     // The same process: lost data only if it was flushed since.
-                    Some(old) if node.flushes > old.flushes => losses.push(format!(
-                        "flush of {address} ({} {}){}",
-                        node.run_id,
-                        node.flushes,
-                        describe(&node.slots)
-                    )),
+                    Some(old) if node.flushes > old.flushes => losses.push(Loss::Flush {
+                        node: address.clone(),
+                        run_id: node.run_id.clone(),
+                        flushes: node.flushes,
+                        slots: node.slots.clone(),
+                    }),
                     // The same process with another replication history: it was a replica meanwhile
                     // (its data replaced by a full synchronization) and was promoted again.
-                    Some(old) if node.replid != old.replid => losses.push(format!(
-                        "new replication history of {address} ({} {}){}",
-                        node.run_id,
-                        node.replid,
-                        describe(&node.slots)
-                    )),
+                    Some(old) if node.replid != old.replid => losses.push(Loss::Resynchronized {
+                        node: address.clone(),
+                        run_id: node.run_id.clone(),
+                        replid: node.replid.clone(),
+                        slots: node.slots.clone(),
+                    }),
                     Some(_) => {}
                     // A process never seen at this address: restarted, or a replica promoted in its place.
                     None if self.last.contains_key(address) || self.vanished.contains_key(address) => {
-                        losses.push(format!("restart of {address} ({}){}", node.run_id, describe(&node.slots)))
+                        let (node, run_id, slots) = (address.clone(), node.run_id.clone(), node.slots.clone());
+                        losses.push(Loss::Restart { node, run_id, slots })
                     }
                     // A primary new to the cluster holds only what was moved to it, unless it serves the
                     // slots of one that went away: then it is a replica promoted, maybe without the last
@@ -92,7 +93,8 @@ impl Seen {
                     None if self.vanished.values().any(|gone| overlap(&gone.slots, &node.slots))
                         || self.last.keys().any(|gone| !now.contains_key(gone)) =>
                     {
-                        losses.push(format!("failover to {address} ({}){}", node.run_id, describe(&node.slots)))
+                        let (node, run_id, slots) = (address.clone(), node.run_id.clone(), node.slots.clone());
+                        losses.push(Loss::Failover { node, run_id, slots })
                     }
                     None => {}
                 }
@@ -145,20 +147,25 @@ mod tests {
         );
     }
 
+    /// The losses as their healing entries name them.
+    fn words(losses: Vec<Loss>) -> Vec<String> {
+        losses.iter().map(ToString::to_string).collect()
+    }
+
     #[test]
     fn a_restart_a_flush_or_a_failover_is_a_loss_and_a_new_primary_is_not() {
         let mut seen = Seen::default();
         assert!(seen.compare(HashMap::from([("a".into(), node("1", 0))])).is_empty(), "the first look is the baseline");
         assert!(seen.compare(HashMap::from([("a".into(), node("1", 0))])).is_empty());
         let flushed = seen.compare(HashMap::from([("a".into(), node("1", 1))]));
-        assert_eq!(flushed, ["flush of a (1 1)"]);
+        assert_eq!(words(flushed), ["flush of a (1 1)"]);
         let restarted = seen.compare(HashMap::from([("a".into(), node("2", 0))]));
-        assert_eq!(restarted, ["restart of a (2)"]);
+        assert_eq!(words(restarted), ["restart of a (2)"]);
         let grown = seen.compare(HashMap::from([("a".into(), node("2", 0)), ("b".into(), node("3", 0))]));
         assert!(grown.is_empty(), "{grown:?}");
         // After a failover the promoted replica answers at its own address, and the old one is gone.
         let failed_over = seen.compare(HashMap::from([("a".into(), node("2", 0)), ("c".into(), node("4", 0))]));
-        assert_eq!(failed_over, ["failover to c (4)"], "a replica promoted may lack the last writes");
+        assert_eq!(words(failed_over), ["failover to c (4)"], "a replica promoted may lack the last writes");
     }
 
     #[test]
@@ -170,7 +177,7 @@ mod tests {
         // The same process, made a replica of another server and promoted again: its data is what it
         // synchronized from there, whatever that held.
         let replaced = seen.compare(HashMap::from([("a".into(), with("y"))]));
-        assert_eq!(replaced, ["new replication history of a (1 y)"]);
+        assert_eq!(words(replaced), ["new replication history of a (1 y)"]);
         assert!(seen.compare(HashMap::from([("a".into(), with("y"))])).is_empty(), "seen once");
     }
 
@@ -189,7 +196,7 @@ mod tests {
         // Its replica `c`, promoted, serves them.
         let c = primary("rc", &[(0, 8191)]);
         let promoted = seen.compare(HashMap::from([("b".into(), b.clone()), ("c".into(), c.clone())]));
-        assert_eq!(promoted, ["failover to c (rc) slots=0-8191"], "it names the slots the new primary serves");
+        assert_eq!(words(promoted), ["failover to c (rc) slots=0-8191"], "it names the slots the new primary serves");
         // Seen once: the next look is quiet, and a primary added later with slots moved to it is no loss.
         assert!(seen.compare(HashMap::from([("b".into(), b.clone()), ("c".into(), c.clone())])).is_empty());
         let d = primary("rd", &[(100, 200)]);

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use shared::connection::Connection;
+use shared::loss::{Loss, Losses};
 use shared::{Keyspace, Topic};
 use tokio::sync::watch;
 
@@ -64,8 +65,9 @@ impl Projector {
             // A new read model: incomplete until it has caught up with every partition, and marked so
             // before the API can find it.
             let keys = projector.store.keys().clone();
-            heal::mark_lost(&projector, &mut conn, &keys, "a new read model").await?;
-            heal::mark_everything(&mut projector, &mut conn, &keys, "a new read model").await?;
+            let losses = Losses::one(Loss::NewReadModel);
+            heal::mark_lost(&projector, &mut conn, &keys, &losses).await?;
+            heal::mark_everything(&mut projector, &mut conn, &keys, &losses).await?;
             let generation = store::active_generation(&mut conn, &projector.config.key_prefix).await?;
             projector.store.set_generation(generation);
         } else if projector.config.generation.is_none() {
@@ -73,8 +75,9 @@ impl Projector {
             let keys = projector.store.keys().clone();
             if let Some(loss) = heal::behind_commits(&mut projector, &mut conn, &keys).await? {
                 tracing::error!(%loss, "the read model's Redis lost data while no projector ran; projecting again");
-                heal::mark_lost(&projector, &mut conn, &keys, &loss).await?;
-                heal::mark_everything(&mut projector, &mut conn, &keys, &loss).await?;
+                let losses = Losses::one(loss);
+                heal::mark_lost(&projector, &mut conn, &keys, &losses).await?;
+                heal::mark_everything(&mut projector, &mut conn, &keys, &losses).await?;
                 projector.metrics.redis.losses.inc();
             }
         }

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use shared::connection::Connection;
 use shared::lease::{Lease, OnLapse};
+use shared::loss::Losses;
 use shared::Keyspace;
 use tokio::sync::watch;
 
@@ -74,7 +75,7 @@ pub enum Notice {
     /// Redis lost data of the generation being built: it is read again from what Redis holds.
     ReadingAgain {
         generation: u64,
-        loss: String,
+        loss: Losses,
     },
 }
 
@@ -265,16 +266,14 @@ async fn rebuild(
         let stepped = projector.step(&mut watch, stopped, Duration::from_millis(200)).await;
         match &stepped {
             Step::Stopped => return Ok(None),
-            Step::Lost(loss) => read_again(&mut projector, &mut watch, loss, notify).await?,
+            Step::Lost(losses) => read_again(&mut projector, &mut watch, losses.clone(), notify).await?,
             Step::Applied(_) | Step::Idle => {}
         }
         if last_recorded.elapsed() >= Duration::from_secs(1) {
             last_recorded = Instant::now();
             let keys = projector.store.keys().clone();
             match watch.losses(&keys, &projector.source.positions()).await {
-                Ok(losses) if !losses.is_empty() => {
-                    read_again(&mut projector, &mut watch, &losses.join("; "), notify).await?
-                }
+                Ok(losses) if !losses.is_empty() => read_again(&mut projector, &mut watch, losses, notify).await?,
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "could not record the rebuild's positions"),
             }
@@ -333,10 +332,10 @@ async fn rebuild(
 pub async fn read_again(
     projector: &mut Projector,
     watch: &mut Watch,
-    loss: &str,
+    losses: Losses,
     notify: Notify<'_>,
 ) -> Result<(), Error> {
-    notify(Notice::ReadingAgain { generation: projector.generation(), loss: loss.to_string() });
+    notify(Notice::ReadingAgain { generation: projector.generation(), loss: losses });
     let everything: Vec<_> = projector.source.partitions()?.to_vec();
     let mut conn = watch.conn();
     let starts = position::read(&mut conn, projector.store.keys(), &everything).await?;

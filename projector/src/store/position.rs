@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use redis::{Cmd, Script, Value};
 use shared::connection::{Connection, Node};
 use shared::keys::position_tag;
+use shared::loss::{HealingEntry, Losses};
 use shared::Keyspace;
 
 use crate::source::Partition;
@@ -122,21 +123,21 @@ pub async fn record(
     Ok(lost)
 }
 
-/// A partition being projected again: the offset to reach, and which loss it answers.
+/// A partition being projected again: the offset to reach, and which losses it answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Healing {
     pub target: i64,
-    pub loss: String,
+    pub losses: Losses,
 }
 
 impl Healing {
     fn encode(&self) -> String {
-        format!("{} {}", self.target, self.loss)
+        HealingEntry { target: Some(self.target), losses: self.losses.clone() }.encode()
     }
 
     fn decode(value: &str) -> Option<Self> {
-        let (target, loss) = value.split_once(' ')?;
-        Some(Self { target: target.parse().ok()?, loss: loss.to_string() })
+        let entry = HealingEntry::decode(value);
+        Some(Self { target: entry.target?, losses: entry.losses })
     }
 }
 
@@ -144,9 +145,9 @@ impl Healing {
 const WHOLE: &str = "*";
 
 /// Marks the whole generation as incomplete (see [`crate::run`]'s healing): the API answers 503 from now.
-pub async fn mark_incomplete(conn: &mut Connection, keys: &Keyspace, loss: &str) -> redis::RedisResult<()> {
+pub async fn mark_incomplete(conn: &mut Connection, keys: &Keyspace, losses: &Losses) -> redis::RedisResult<()> {
     let mut set = redis::cmd("HSET");
-    set.arg(keys.healing()).arg(WHOLE).arg(loss);
+    set.arg(keys.healing()).arg(WHOLE).arg(HealingEntry { target: None, losses: losses.clone() }.encode());
     conn.query_all(&[set]).await?;
     Ok(())
 }
@@ -221,8 +222,8 @@ mod tests {
 
     #[test]
     fn a_healing_entry_reads_back_as_written() {
-        let entry = Healing { target: 1234, loss: "restart of 127.0.0.1:7000".into() };
+        let entry = Healing { target: 1234, losses: Losses::parse("restart of 127.0.0.1:7000 (x)") };
         assert_eq!(Healing::decode(&entry.encode()), Some(entry));
-        assert_eq!(Healing::decode("x y"), None);
+        assert_eq!(Healing::decode("x y"), None, "the whole generation's entry is no partition's");
     }
 }

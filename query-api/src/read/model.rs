@@ -12,6 +12,7 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult, ScriptInvocation, Value};
 use shared::connection::{Connection, Settings, Target};
 use shared::log_every::LogEvery;
+use shared::loss::HealingEntry;
 use shared::redis_tls::{refusal, Refusal, Tls};
 use shared::scope::Scope;
 use shared::Keyspace;
@@ -329,7 +330,7 @@ impl ReadModel {
         }
         let mut scope = Scope::nothing();
         for entry in &entries {
-            scope.add(&Scope::of_loss(entry));
+            scope.add(&HealingEntry::decode(entry).losses.scope());
         }
         Ok(Some(scope))
     }
