@@ -210,3 +210,34 @@ async fn a_batch_on_a_half_moved_slot_is_answered_whole_each_command_where_its_k
     let values: Vec<Option<String>> = replies.into_iter().map(|r| redis::from_redis_value(r).unwrap()).collect();
     assert_eq!(values, [Some("m".into()), Some("s".into()), Some("n".into())]);
 }
+
+/// While an organization's slot is marked as moving between two primaries of a cluster of the test's own
+/// (no key moved yet), one of its interviews and its pages are served. A script declaring a key that does
+/// not exist (an interview without a transcript, an organization without a transcript rewrite) is answered
+/// TRYAGAIN for as long as the move lasts, on either primary: such a read goes key by key instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn while_an_organizations_slot_is_moving_its_interviews_and_pages_are_served() {
+    use end_to_end::faults::Healing;
+    use end_to_end::fixture::{self, ACME, ACME_KEY};
+    use end_to_end::own_redis::{OwnCluster, Persistence};
+
+    let own = OwnCluster::start(Persistence::Snapshots).await;
+    let messages = fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let world = Healing::start(&topics, &own.urls(), true).await;
+    world.wait_ready(messages.len() as u64, Duration::from_secs(60)).await;
+    let slot = shared::keys::slot(&shared::Keyspace::new(world.prefix(), 1).org_epoch(ACME));
+    let source = own.primary_of(slot);
+    let target = (0..3).find(|n| *n != source).unwrap();
+    let (source_id, target_id) =
+        (own.nodes[source].cli(&["CLUSTER", "MYID"]), own.nodes[target].cli(&["CLUSTER", "MYID"]));
+    let slot = slot.to_string();
+    assert_eq!(own.nodes[target].cli(&["CLUSTER", "SETSLOT", &slot, "IMPORTING", &source_id]), "OK");
+    assert_eq!(own.nodes[source].cli(&["CLUSTER", "SETSLOT", &slot, "MIGRATING", &target_id]), "OK");
+
+    for path in ["/v1/interviews/i1", "/v1/interviews/i2", "/v1/studies/s_b/interviews", "/v1/studies"] {
+        let response = world.app.get(path, Some(ACME_KEY)).await;
+        let status = response.status();
+        assert_eq!(status, 200, "{path}: {}", response.text().await.unwrap());
+    }
+}

@@ -19,7 +19,7 @@ use shared::Keyspace;
 use tokio::sync::OnceCell;
 
 use super::scripts::{INTERVIEWS_PAGE_SCRIPT, ONE_INTERVIEW_SCRIPT, ONE_STUDY_SCRIPT, STUDIES_PAGE_SCRIPT};
-use super::transcript::Transcript;
+use super::transcript::{Long, Transcript};
 use super::Span;
 
 /// A page of stored documents and the total they were taken from.
@@ -52,6 +52,14 @@ pub fn org_epoch(keys: &Keyspace, org: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("GET");
     cmd.arg(keys.org_epoch(org));
     cmd
+}
+
+/// Whether a script's error says the organization's slot is moving between cluster primaries: a
+/// redirection, TRYAGAIN, the page script's MOVING, or a timeout (the client's own retries of a
+/// redirection can outlast the call's timeout). Only asked on a cluster: a single Redis that timed out is
+/// slow, and more commands would not help it.
+fn slot_moving(e: &RedisError) -> bool {
+    e.is_cluster_error() || e.is_timeout() || e.code() == Some("MOVING") || e.to_string().contains("MOVING")
 }
 
 /// How long a read keeps trying while a slot of a Redis Cluster moves between primaries: the redirections
@@ -221,15 +229,7 @@ impl ReadModel {
             invocation.invoke_async(&mut conn).await
         };
         let reply: PageReply = match once {
-            // The client's own retries of a redirection can outlast the call's timeout, too. Only on a
-            // cluster: a single Redis that timed out is slow, and more commands would not help it.
-            Err(e)
-                if self.cluster()
-                    && (e.is_cluster_error()
-                        || e.is_timeout()
-                        || e.code() == Some("MOVING")
-                        || e.to_string().contains("MOVING")) =>
-            {
+            Err(e) if self.cluster() && slot_moving(&e) => {
                 tracing::debug!(org, "the organization's slot is moving; reading the page key by key");
                 self.interviews_key_by_key(keys, org, study_id, page, budget).await?
             }
@@ -311,12 +311,57 @@ impl ReadModel {
         let mut invocation = ONE_INTERVIEW_SCRIPT.key(keys.interview_documents(org));
         invocation.key(keys.transcript(org, id)).key(keys.org_epoch(org)).key(keys.transcripts_rewritten(org));
         invocation.arg(id).arg(budget);
-        let (doc, transcript, epoch): (Option<String>, Value, OrgEpoch) = self.invoke(&invocation).await?;
+        // On a cluster, tried once, as a page is: while the organization's slot moves, a declared key that
+        // does not exist (an interview without a transcript, an organization without a rewrite) makes
+        // Redis answer TRYAGAIN for as long as the move lasts, longer than any retry budget.
+        let reply: (Option<String>, Value, OrgEpoch) = if self.cluster() {
+            let once = {
+                let mut conn = self.conn().await?.clone();
+                invocation.invoke_async(&mut conn).await
+            };
+            match once {
+                Err(e) if slot_moving(&e) => {
+                    tracing::debug!(org, "the organization's slot is moving; reading the interview key by key");
+                    return self.interview_key_by_key(keys, org, id, budget).await;
+                }
+                other => other?,
+            }
+        } else {
+            self.invoke(&invocation).await?
+        };
+        let (doc, transcript, epoch) = reply;
         let found = match doc {
             Some(doc) => Some((doc, Transcript::from_reply(transcript, &keys.transcripts_rewritten(org))?)),
             None => None,
         };
         Ok((found, epoch))
+    }
+
+    /// One interview as separate reads of one key each, while the organization's slot moves (see
+    /// [`Self::interviews_key_by_key`]): no epoch, so never kept in memory. The rewrite token is read first:
+    /// a rewrite after it cuts a long transcript short.
+    async fn interview_key_by_key(
+        &self,
+        keys: &Keyspace,
+        org: &str,
+        id: &str,
+        budget: u64,
+    ) -> RedisResult<(Option<InterviewRead>, OrgEpoch)> {
+        let rewritten_key = keys.transcripts_rewritten(org);
+        let rewritten: Option<String> = self.query(redis::cmd("GET").arg(&rewritten_key)).await?;
+        let doc: Option<String> = self.query(redis::cmd("HGET").arg(keys.interview_documents(org)).arg(id)).await?;
+        let Some(doc) = doc else { return Ok((None, None)) };
+        let key = keys.transcript(org, id);
+        let length: u64 = self.query(redis::cmd("STRLEN").arg(&key)).await?;
+        let transcript = if length == 0 {
+            Transcript::None
+        } else if doc.len() as u64 + length <= budget {
+            let whole: Option<String> = self.query(redis::cmd("GET").arg(&key)).await?;
+            whole.map_or(Transcript::None, Transcript::Whole)
+        } else {
+            Transcript::Long(Long { key, length, rewritten_key, rewritten: rewritten.unwrap_or_default() })
+        };
+        Ok((Some((doc, transcript)), None))
     }
 
     /// Where the generation is being projected again after Redis lost data: the slots its losses touched,
