@@ -22,6 +22,7 @@ mod rng;
 pub mod runner;
 pub mod s3;
 pub mod scenario;
+pub mod soak;
 pub mod stall;
 
 use std::future::Future;

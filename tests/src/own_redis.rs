@@ -93,6 +93,16 @@ impl OwnRedis {
         }
     }
 
+    /// Deletes its last snapshot, so that a restart after a kill comes back empty.
+    pub fn forget_snapshot(&self) {
+        let _ = std::fs::remove_file(self.dir.join("dump.rdb"));
+    }
+
+    /// Whether it runs (it was not killed or stopped since it last started).
+    pub fn is_up(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Its `redis-cli` arguments, for a command run in the background.
     pub fn cli_args(&self) -> Vec<String> {
         vec!["-p".into(), self.port.to_string()]

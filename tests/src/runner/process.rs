@@ -8,10 +8,13 @@ use std::time::Duration;
 use super::args;
 use crate::kafka::Topics;
 
-/// The projector binary built next to this test binary (`cargo build -p projector` builds it).
+/// The projector binary built next to this test binary, or next to this binary (the soak's):
+/// `cargo build -p projector` builds it.
 pub fn binary() -> PathBuf {
     let exe = std::env::current_exe().expect("test binary path");
-    let path = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("projector");
+    let dir = exe.parent().expect("target dir");
+    let beside = dir.join("projector");
+    let path = if beside.exists() { beside } else { dir.parent().expect("target dir").join("projector") };
     assert!(path.exists(), "{} is missing: run `cargo build -p projector` first", path.display());
     path
 }
