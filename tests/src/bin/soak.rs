@@ -28,6 +28,14 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    std::fs::create_dir_all(&args.logs).expect("log directory");
+    // What the API (it runs in this process) says, to read beside the projectors' logs.
+    let api_log = std::fs::File::create(args.logs.join("api.log")).expect("the API's log file");
+    tracing_subscriber::fmt()
+        .with_env_filter(std::env::var("SOAK_LOG").unwrap_or_else(|_| "query_api=info".into()))
+        .with_writer(std::sync::Mutex::new(api_log))
+        .with_ansi(false)
+        .init();
     let broker = OwnBroker::start();
     // Before any thread starts: every Kafka client of the soak, and the projectors it runs, use its broker.
     std::env::set_var("KAFKA_BROKERS", broker.address());

@@ -41,8 +41,12 @@ impl Answer {
 #[derive(Debug, Clone)]
 pub struct Heard {
     pub at: Instant,
+    /// When, to read beside the logs.
+    pub when: chrono::DateTime<chrono::Utc>,
     pub org: String,
     pub answer: Answer,
+    /// The list's total, when the answer had one.
+    pub total: Option<u64>,
 }
 
 /// A key to ask with: its secret, whether it is live, and the organization's number of studies.
@@ -79,8 +83,9 @@ impl Prober {
         let task = tokio::spawn(async move {
             while !stopping.load(Ordering::Relaxed) {
                 for asker in &askers {
-                    let answer = ask(&client, &address, asker).await;
-                    let heard = Heard { at: Instant::now(), org: asker.org.clone(), answer };
+                    let (answer, total) = ask(&client, &address, asker).await;
+                    let (at, when) = (Instant::now(), chrono::Utc::now());
+                    let heard = Heard { at, when, org: asker.org.clone(), answer, total };
                     writing.lock().unwrap().push(heard);
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -97,20 +102,24 @@ impl Prober {
     }
 }
 
-async fn ask(client: &reqwest::Client, address: &str, asker: &Asker) -> Answer {
+async fn ask(client: &reqwest::Client, address: &str, asker: &Asker) -> (Answer, Option<u64>) {
     let url = format!("{address}/v1/studies?pageSize=1");
-    let Ok(response) = client.get(url).bearer_auth(&asker.secret).send().await else { return Answer::Unreachable };
+    let Ok(response) = client.get(url).bearer_auth(&asker.secret).send().await else {
+        return (Answer::Unreachable, None);
+    };
     let status = response.status().as_u16();
     let body: serde_json::Value = response.json().await.unwrap_or_default();
-    match (status, asker.live) {
-        (200, true) if body["pagination"]["total"].as_u64().is_some_and(|t| t >= asker.studies) => Answer::Served,
+    let total = body["pagination"]["total"].as_u64();
+    let answer = match (status, asker.live) {
+        (200, true) if total.is_some_and(|t| t >= asker.studies) => Answer::Served,
         (200, true) => Answer::ShortList,
         (200, false) => Answer::RevokedKeyOpened,
         (401, true) => Answer::LiveKeyRefused,
         (401, false) => Answer::Revoked,
         (503, _) => Answer::Waiting,
         (other, _) => Answer::Unexpected(other),
-    }
+    };
+    (answer, total)
 }
 
 /// Answers counted by kind.

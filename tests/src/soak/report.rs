@@ -15,7 +15,7 @@ pub struct Report {
     answers: BTreeMap<Answer, u64>,
     /// Wrong answers given within [`LOSS_WINDOW`] of a loss, before it could be known: the answer, and how
     /// long after which loss.
-    wrong_in_a_loss_window: Vec<(Answer, Duration, Kind)>,
+    wrong_in_a_loss_window: Vec<(Heard, Duration, Kind)>,
     /// Wrong answers given anywhere else: the soak fails on the first.
     wrong: Vec<Heard>,
     exits: Vec<String>,
@@ -38,7 +38,7 @@ impl Report {
             wrong_in_a_loss_window: heard
                 .iter()
                 .filter(|h| h.answer.is_wrong() && excusable(h))
-                .filter_map(|h| loss(h).map(|(at, kind)| (h.answer, h.at - *at, *kind)))
+                .filter_map(|h| loss(h).map(|(at, kind)| (h.clone(), h.at - *at, *kind)))
                 .collect(),
             wrong,
             exits: injector.exits.clone(),
@@ -72,12 +72,12 @@ impl fmt::Display for Report {
         writeln!(f, "\nevents published while faults ran: {}", self.published)?;
         let window = &self.wrong_in_a_loss_window;
         writeln!(f, "wrong answers within {LOSS_WINDOW:?} of a loss of Redis data: {}", window.len())?;
-        for (answer, after, kind) in window.iter().take(10) {
-            writeln!(f, "  {answer:?}, {} ms after {kind:?}", after.as_millis())?;
+        for (heard, after, kind) in window.iter().take(10) {
+            writeln!(f, "  {}, {} ms after {kind:?}", describe(heard), after.as_millis())?;
         }
         writeln!(f, "wrong answers anywhere else: {}", self.wrong.len())?;
         for heard in self.wrong.iter().take(10) {
-            writeln!(f, "  {:?} for {}", heard.answer, heard.org)?;
+            writeln!(f, "  {}", describe(heard))?;
         }
         writeln!(f, "projectors that ended by themselves: {}", self.exits.len())?;
         for exit in &self.exits {
@@ -89,4 +89,10 @@ impl fmt::Display for Report {
             self.converged.as_secs_f64()
         )
     }
+}
+
+/// A wrong answer, to find in the logs.
+fn describe(heard: &Heard) -> String {
+    let total = heard.total.map(|t| format!(" (total {t})")).unwrap_or_default();
+    format!("{:?}{total} for {} at {}", heard.answer, heard.org, heard.when.format("%H:%M:%S%.3f"))
 }
