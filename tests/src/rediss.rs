@@ -111,6 +111,68 @@ pub fn password(url: &str) -> String {
     userinfo.split_once(':').expect("a password").1.to_string()
 }
 
+/// A Redis of a test's own that speaks TLS only and requires every client to present a certificate the
+/// stack's CA signed (`--tls-auth-clients yes`; the stack's own Redis makes one optional), with `users`
+/// (lines of an ACL file) loaded.
+pub struct TlsServer {
+    port: u16,
+    dir: std::path::PathBuf,
+    _node: KillOnDrop,
+}
+
+impl TlsServer {
+    pub async fn start(users: &[String]) -> Self {
+        let ca = env("TLS_CA_FILE");
+        let tls = std::path::Path::new(&ca).parent().expect("the stack's TLS directory").to_path_buf();
+        let dir = std::env::temp_dir().join(unique("tls-server"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new("redis-server")
+            .args(["--bind", "127.0.0.1", "--port", "0", "--tls-port", &port.to_string()])
+            .args(["--tls-cert-file", tls.join("server.pem").to_str().unwrap()])
+            .args(["--tls-key-file", tls.join("server.key").to_str().unwrap()])
+            .args(["--tls-ca-cert-file", &ca, "--tls-auth-clients", "yes"])
+            .args(["--save", "", "--appendonly", "no", "--dir", dir.to_str().unwrap()])
+            .stdout(Stdio::null())
+            .spawn()
+            .expect("redis-server starts");
+        let server = Self { port, dir, _node: KillOnDrop(child) };
+        eventually(Duration::from_secs(10), "the TLS server to start", || async {
+            (server.cli(&["PING"]) == "PONG").then_some(())
+        })
+        .await;
+        for user in users {
+            let mut args = vec!["ACL", "SETUSER"];
+            args.extend(user.split_whitespace().skip(1));
+            assert_eq!(server.cli(&args), "OK", "{user}");
+        }
+        server
+    }
+
+    /// Runs `redis-cli` against it as the default user, presenting the stack's client certificate.
+    pub fn cli(&self, args: &[&str]) -> String {
+        let out = Command::new("redis-cli")
+            .args(["--tls", "--cacert", &env("TLS_CA_FILE")])
+            .args(["--cert", &env("TLS_CLIENT_CERT_FILE"), "--key", &env("TLS_CLIENT_KEY_FILE")])
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    }
+
+    /// Its `rediss://` URL, as `user` with `password`.
+    pub fn url(&self, user: &str, password: &str) -> String {
+        format!("rediss://{user}:{password}@127.0.0.1:{}", self.port)
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 /// A three-primary Redis Cluster of a test's own that speaks TLS only (clients and its bus), with the
 /// stack's certificates (`TLS_CA_FILE`, and the server's certificate beside it), and users loaded on
 /// every node.

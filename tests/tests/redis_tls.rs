@@ -1,6 +1,7 @@
 //! `rediss://` as managed services offer it, against the stack's Redis on its TLS port and a Redis Cluster
 //! of the test's own that speaks TLS only: both binaries run the core cases as the users of
-//! deploy/redis/users.acl, trusting the stack's CA, once also presenting a client certificate; and a CA
+//! deploy/redis/users.acl, trusting the stack's CA, and on a Redis of the test's own that requires a client
+//! certificate, refused without one and served presenting one; and a CA
 //! that did not sign the server's certificate, a CA file that cannot be read, or a client certificate the
 //! server does not trust stops either binary at start with one line, without a password in it.
 
@@ -10,7 +11,7 @@ use std::time::Duration;
 use end_to_end::api::World;
 use end_to_end::fixture::{self, key_deleted, ACME, ACME_KEY, ACME_OLD_KEY};
 use end_to_end::kafka::Topics;
-use end_to_end::rediss::{password, prefix, run_api, run_projector, the_one_line, tls, TlsCluster, USERS};
+use end_to_end::rediss::{password, prefix, run_api, run_projector, the_one_line, tls, TlsCluster, TlsServer, USERS};
 use end_to_end::stall::Stalling;
 use end_to_end::{env, runner, unique};
 use shared::redis_tls::TlsOptions;
@@ -49,9 +50,23 @@ async fn both_binaries_serve_through_rediss_as_their_own_restricted_users_trusti
     core_cases(env("REDIS_PROJECTOR_TLS_URL"), env("REDIS_QUERY_API_TLS_URL"), false, tls(false)).await;
 }
 
+/// The server requires a client certificate: without one, neither binary gets in; with the one the CA
+/// signed, both serve.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn both_binaries_serve_through_rediss_presenting_a_client_certificate() {
-    core_cases(env("REDIS_PROJECTOR_TLS_URL"), env("REDIS_QUERY_API_TLS_URL"), false, tls(true)).await;
+async fn a_redis_that_requires_a_client_certificate_refuses_both_binaries_without_one_and_serves_them_with_it() {
+    const PASSWORD: &str = "client-cert-password-1";
+    let users: Vec<String> = USERS.lines().map(|line| line.replace("CHANGE-ME", PASSWORD)).collect();
+    let server = TlsServer::start(&users).await;
+    let (projector_url, api_url) = (server.url("projector", PASSWORD), server.url("query-api", PASSWORD));
+    let ca = env("TLS_CA_FILE");
+    let topics = Topics::create().await;
+    let projector = run_projector(&topics, &prefix(), &projector_url, &["--redis-ca-file", &ca]).await;
+    let api = run_api(&api_url, &["--redis-ca-file", &ca]).await;
+    for (binary, output) in [("projector", projector), ("query-api", api)] {
+        let line = the_one_line(binary, &output, PASSWORD);
+        assert!(line.contains("certificate"), "{binary} said why: {line}");
+    }
+    core_cases(projector_url, api_url, false, tls(true)).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
