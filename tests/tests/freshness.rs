@@ -44,14 +44,17 @@ async fn caught_up_with(world: &World, key: &str, at: DateTime<Utc>) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn data_responses_say_their_organizations_latest_event_and_readiness_the_read_models() {
-    let messages = fixture::dataset();
+    // A study whose id is a word of the API's own pages: its routes are data like any other.
+    let docs = fixture::completed_study(ACME, "docs", "2026-02-01T00:00:00Z").messages;
+    let messages = [fixture::dataset(), docs].concat();
     let mut world = World::start(&messages).await;
     let (acme, globex) = (latest(&messages, Some(ACME)), latest(&messages, Some(GLOBEX)));
     assert_ne!(acme, globex, "the fixture's organizations have different latest events");
     let acme_as_of = caught_up_with(&world, ACME_KEY, acme).await;
     let globex_as_of = caught_up_with(&world, GLOBEX_KEY, globex).await;
     // The same on every data route, from memory or not.
-    for path in ["/v1/studies/s_b", "/v1/studies/s_b/interviews", "/v1/interviews/i1", "/v1/studies"] {
+    let paths = ["/v1/studies/s_b", "/v1/studies/s_b/interviews", "/v1/interviews/i1", "/v1/studies"];
+    for path in paths.into_iter().chain(["/v1/studies/docs", "/v1/studies/docs/interviews"]) {
         let response = world.app.get(path, Some(ACME_KEY)).await;
         assert_eq!(response.status(), 200, "{path}");
         assert_eq!(response.headers()["x-read-model-as-of"], acme_as_of.as_str(), "{path}");
@@ -66,8 +69,11 @@ async fn data_responses_say_their_organizations_latest_event_and_readiness_the_r
     })
     .await;
     // Not on what is not data.
-    let definition = world.app.get("/v1/openapi.json", None).await;
-    assert!(definition.headers().get("x-read-model-as-of").is_none());
+    for page in ["/v1/openapi.json", "/v1/docs", "/v1/docs/redoc.standalone.js"] {
+        let response = world.app.get(page, None).await;
+        assert_eq!(response.status(), 200, "{page}");
+        assert!(response.headers().get("x-read-model-as-of").is_none(), "{page}");
+    }
 
     // A later event of one organization moves its own freshness forward, and no other's.
     let later = [created(ACME, "s_later", "2027-01-01T00:00:00Z")];

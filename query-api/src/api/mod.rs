@@ -73,9 +73,13 @@ pub fn v1() -> Vec<Route> {
     ]
 }
 
-/// The router of [`v1`].
-pub fn v1_router() -> Router<AppState> {
-    v1().into_iter().fold(Router::new(), |router, route| router.route(route.path, route.handler))
+/// The router of [`v1`], the spec's operations (the data routes) wrapped by `data`: the layers that belong
+/// on data only (the freshness headers), chosen by route, not by matching the path of each request.
+pub fn v1_router(data: impl FnOnce(Router<AppState>) -> Router<AppState>) -> Router<AppState> {
+    let routed =
+        |routes: Vec<Route>| routes.into_iter().fold(Router::new(), |router, r| router.route(r.path, r.handler));
+    let (operations, others): (Vec<Route>, Vec<Route>) = v1().into_iter().partition(|r| r.operation.is_some());
+    routed(others).merge(data(routed(operations)))
 }
 
 #[cfg(test)]
