@@ -2,7 +2,6 @@
 
 use axum::http::header;
 use axum::response::IntoResponse;
-use utoipa::openapi::path::Paths;
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
@@ -224,9 +223,7 @@ impl Modify for Examples {
 /// utoipa 5 writes a Link object's fields in snake case (`operation_id`) where OpenAPI spells them in camel
 /// case (`operationId`); no other key of this document is in snake case, so they are renamed as text.
 pub fn document() -> String {
-    let mut doc = ApiDoc::openapi();
-    let paths = super::v1().into_iter().filter_map(|route| route.operation);
-    doc.paths = paths.fold(Paths::builder(), |paths, operation| operation(paths)).build();
+    let mut doc = super::definition();
     for modifier in [&Security as &dyn Modify, &Headers, &Links, &Examples] {
         modifier.modify(&mut doc);
     }
