@@ -2,10 +2,13 @@
 //! it once each (so one response never mixes two generations); the background refresh
 //! (`crate::state::AppState::refresh`) reads it again a few times a second.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use shared::keys::slot;
+use shared::projectors::ProjectorReport;
 use shared::scope::Scope;
 use shared::Keyspace;
 
@@ -40,6 +43,8 @@ pub struct Generation {
     generation: AtomicU64,
     /// The highest generation this instance has served.
     highest: AtomicU64,
+    /// Since when (Unix time) the active generation has been found lower than [`Self::highest`].
+    behind_since: Mutex<Option<f64>>,
     /// [`COMPLETE`], [`HEALING`], [`HEALING_SOME`], [`LOST`], [`BEHIND`] or [`UNSURE`].
     condition: AtomicU8,
     /// While [`HEALING_SOME`]: the slots being projected again.
@@ -64,6 +69,7 @@ impl Generation {
             prefix: prefix.to_string(),
             generation: AtomicU64::new(UNKNOWN),
             highest: AtomicU64::new(UNKNOWN),
+            behind_since: Mutex::new(None),
             condition: AtomicU8::new(COMPLETE),
             healing: RwLock::new(Scope::nothing()),
         }
@@ -146,15 +152,22 @@ impl Generation {
         };
         let highest = self.highest.load(Ordering::Acquire);
         if generation < highest {
-            if self.condition.swap(BEHIND, Ordering::AcqRel) != BEHIND {
-                tracing::error!(
-                    generation,
-                    highest,
-                    "the active generation went back: Redis was restored from an older state"
-                );
+            if !self.older_maintained(model, generation).await {
+                if self.condition.swap(BEHIND, Ordering::AcqRel) != BEHIND {
+                    tracing::error!(
+                        generation,
+                        highest,
+                        "the active generation went back: Redis was restored from an older state"
+                    );
+                }
+                return Found::Gone;
             }
-            return Found::Gone;
+            // A restore undid a switch no live projector had followed: nothing will put the newer generation
+            // back, and the projectors maintain (and heal) this one.
+            tracing::warn!(generation, highest, "the live projectors maintain the older generation: serving it");
+            self.highest.store(generation, Ordering::Release);
         }
+        *self.behind_since.lock().expect("behind since") = None;
         let keys = Keyspace::new(self.prefix.clone(), generation);
         let mut newly_healing = None;
         // Healing where the key index lives is healing everywhere: any key's answer may be wrong.
@@ -183,6 +196,17 @@ impl Generation {
         Found::Active { keys, complete: condition == COMPLETE, newly_healing }
     }
 
+    /// Whether the live projectors maintain `generation`, lower than one served before: every live one has
+    /// reported since it was first found lower, naming it.
+    async fn older_maintained(&self, model: &ReadModel, generation: u64) -> bool {
+        let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs_f64();
+        let since = *self.behind_since.lock().expect("behind since").get_or_insert(now);
+        match model.projectors(&self.prefix).await {
+            Ok(reports) => maintained(&reports, generation, since, now),
+            Err(_) => false,
+        }
+    }
+
     /// A read of the condition failed: until one succeeds, a known loss stays known, and anything else is
     /// unsure.
     fn unsure(&self) {
@@ -199,5 +223,46 @@ impl Generation {
         if previous != generation {
             tracing::info!(generation, previous, "serving a new generation of the read model");
         }
+    }
+}
+
+/// Whether the projectors' reports (instance id to JSON) say that `generation` is the one maintained, at
+/// Unix time `now`: at least one projector is live, and every live one reported after `since`, naming it.
+/// A report older than `since` may come from the state Redis was restored to, and says nothing of now.
+fn maintained(reports: &HashMap<String, String>, generation: u64, since: f64, now: f64) -> bool {
+    let live: Vec<ProjectorReport> = reports
+        .values()
+        .filter_map(|json| serde_json::from_str::<ProjectorReport>(json).ok())
+        .filter(|report| report.is_live(now))
+        .collect();
+    !live.is_empty() && live.iter().all(|report| report.heartbeat > since && report.generation == generation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reports(list: &[(u64, f64)]) -> HashMap<String, String> {
+        let report = |(generation, heartbeat): &(u64, f64)| {
+            serde_json::json!({"group": "g", "generation": generation, "paused": false, "heartbeat": heartbeat,
+                "last_progress": heartbeat})
+            .to_string()
+        };
+        list.iter().enumerate().map(|(i, r)| (format!("p{i}"), report(r))).collect()
+    }
+
+    #[test]
+    fn an_older_generation_is_maintained_once_every_live_projector_reported_it_since() {
+        assert!(maintained(&reports(&[(3, 101.0), (3, 102.0)]), 3, 100.0, 102.5));
+        // Dead projectors' reports do not count.
+        assert!(maintained(&reports(&[(3, 101.0), (4, 50.0)]), 3, 100.0, 102.5));
+    }
+
+    #[test]
+    fn an_older_generation_is_not_maintained_while_a_live_report_is_old_or_names_another() {
+        assert!(!maintained(&reports(&[]), 3, 100.0, 102.5), "no projector");
+        assert!(!maintained(&reports(&[(3, 101.0), (3, 99.0)]), 3, 100.0, 102.5), "a report from before");
+        assert!(!maintained(&reports(&[(3, 101.0), (4, 101.5)]), 3, 100.0, 102.5), "one follows the newer");
+        assert!(!maintained(&reports(&[(4, 101.0)]), 3, 100.0, 102.5), "the newer only");
     }
 }
