@@ -32,7 +32,7 @@ use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use shared::loss::{Loss, Losses};
-use shared::{decode, Decoded, Event, Keyspace, Topic};
+use shared::{decode, Decoded, Event, Topic};
 use tokio::sync::watch;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -43,6 +43,8 @@ use crate::source::Source;
 pub use crate::source::{Batch, BrokerError, DeadLetter, Partition, Record};
 use crate::source::{DeadLetterLimit, DeadLetterWriter, Seen};
 use crate::store::{Applied, Group, Store, StoreError};
+/// The question asked before every write: the store's, named here too as the batch's guard.
+pub use crate::store::{Doubt, Guard};
 
 /// What one call of [`step`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,31 +67,6 @@ pub enum Interrupted {
     Lost(Losses),
     /// Redis did not say whether it lost data: nothing was written, the batch is read again.
     Unanswered,
-}
-
-/// Asked before a batch is written to Redis and after every Redis error: whether Redis may have lost
-/// data since the last look.
-pub trait Guard {
-    /// Where the partitions stand before the batch about to be written (what the guard may record).
-    fn positions(&mut self, _positions: HashMap<Partition, i64>) {}
-
-    fn check(&mut self, keys: &Keyspace) -> impl Future<Output = Result<(), Doubt>> + Send;
-}
-
-/// Why a guard would not let a batch be written.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Doubt {
-    /// Redis may have lost data: what, and where.
-    Lost(Losses),
-    /// Redis did not answer the question (it is away); asked again before anything is written.
-    Unanswered(String),
-}
-
-/// No guard: for a benchmark from memory, whose Redis loses nothing.
-impl Guard for () {
-    async fn check(&mut self, _: &Keyspace) -> Result<(), Doubt> {
-        Ok(())
-    }
 }
 
 /// Takes one batch (waiting at most `idle` for its first message), applies it and commits it.

@@ -1,5 +1,5 @@
 //! The look that tells whether the read model's Redis may have lost data, taken before every batch is
-//! written and after every Redis error ([`crate::batch::Guard`]), and a few times a second besides:
+//! written and after every Redis error ([`crate::store::Guard`]), and a few times a second besides:
 //!
 //! 1. every primary's `INFO` ([`super::loss`]): a restart, a failover or a flush is a loss;
 //! 2. the positions this projector applied, recorded on every primary ([`position`]): refused where a
@@ -17,10 +17,10 @@ use shared::loss::{Loss, Losses};
 use shared::Keyspace;
 
 use super::loss::{NodeInfo, Seen};
-use crate::batch::{Doubt, Guard};
 use crate::observe::{Metrics, NodeLabels};
 use crate::source::Partition;
 use crate::store::{is_refused, position};
+use crate::store::{Doubt, Guard};
 
 /// What one projector remembers between two looks.
 pub struct Watch {

@@ -28,11 +28,11 @@ pub use control::rebuild_state;
 pub use guard::Watch;
 pub use members::{live_instances, Instance};
 
-use crate::batch::{self, Guard, Step};
+use crate::batch::{self, Step};
 use crate::config::Config;
 use crate::observe::{self, Health, Metrics};
 use crate::source::Source;
-use crate::store::{self, Store};
+use crate::store::{self, Guard, Store};
 use crate::Error;
 
 /// One projector: its configuration, where it reads, where it writes and what it reports.

@@ -10,6 +10,7 @@
 
 mod digest;
 mod generation;
+mod guard;
 mod late;
 pub mod position;
 pub mod repair;
@@ -23,9 +24,9 @@ use shared::{Event, Keyspace, Topic};
 
 pub use digest::Digest;
 pub use generation::{active_generation, check_no_eviction, connect, delete_generation, generation_keys, is_refused};
+pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};
 
-use crate::batch::{Doubt, Guard};
 use crate::fold::{fold, State, Verdict};
 use crate::observe::Outcome;
 pub use write::ScriptReply;
