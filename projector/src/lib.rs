@@ -12,10 +12,12 @@
 //! - `store`: the Redis side: owners, the write script and the only Rust that knows its arguments,
 //!   conflict retries, generations and their digest, and the positions the read model holds itself.
 //! - `run`: the long-running modes: `live`, `rebuild` (with its handover) and `repair` of one
-//!   organization or aggregate (with `redrive`, the dead letters that repair), how instances share
-//!   partitions and coordinate through Redis, and how the read model heals after Redis lost data
-//!   (`run/loss.rs` notices, `run/heal.rs` answers; a loss is a `shared::loss::Loss` until it is written
-//!   into a healing entry).
+//!   organization or aggregate (with `redrive`, the dead letters that repair), and how instances share
+//!   partitions and coordinate through Redis.
+//! - `heal`: how the read model heals after Redis lost data: `heal/look.rs` looks (before every batch
+//!   and a few times a second), `heal/loss.rs` tells a loss from what the primaries say, and
+//!   `heal/protocol.rs` answers (a loss is a `shared::loss::Loss` until it is written into a healing
+//!   entry).
 //! - `observe`: one metrics registry and the HTTP server of `/metrics`, `/livez`, `/readyz`.
 //! - [`ops`]: the operator's commands, one file each; all printing lives there.
 //! - [`config`]: every setting, from flags or the environment.
@@ -26,6 +28,7 @@ pub mod ops;
 
 mod backoff;
 mod fold;
+mod heal;
 mod observe;
 mod run;
 mod source;
@@ -36,10 +39,10 @@ use std::future::Future;
 use tokio::sync::watch;
 
 pub use config::Config;
+pub use heal::Watch;
 pub use observe::{Counts, Metrics, Outcome};
 pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
 pub use run::repair::{run as repair, Report as RepairReport, Target as RepairTarget};
-pub use run::Watch;
 pub use run::{live_instances, Instance, Projector};
 /// The projector's `fetch.wait.max.ms` unless a property says otherwise (for the benchmarks' ceilings).
 pub use source::{Partition, FETCH_WAIT_MAX_MS};

@@ -10,11 +10,11 @@ use shared::loss::Losses;
 use shared::Keyspace;
 use tokio::sync::watch;
 
-use super::guard::Watch;
 use super::rebuild::{read_again, Lock, Notice, Notify, Options};
 use super::{control, members, Projector};
 use crate::batch::Step;
 use crate::config::Config;
+use crate::heal::Watch;
 use crate::source::group_committed;
 use crate::Error;
 

@@ -9,10 +9,10 @@ use shared::loss::{Loss, Losses};
 use tokio::sync::watch;
 
 use super::control::{self, Signals};
-use super::heal::Heal;
 use super::members::{self, Instance};
 use super::Projector;
 use crate::batch::Step;
+use crate::heal::{watch_memory, Heal};
 use crate::observe::now;
 use crate::store::position;
 use crate::Error;
@@ -23,8 +23,8 @@ const CHECK_EVERY: Duration = Duration::from_millis(250);
 pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -> Result<(), Error> {
     let id = uuid::Uuid::new_v4().to_string();
     let mut conn = projector.conn();
-    let mut heal = Heal::new(&projector);
-    let _memory = AbortOnDrop(tokio::spawn(super::guard::watch_memory(conn.clone(), projector.metrics())));
+    let mut heal = Heal::new(projector.conn(), projector.metrics());
+    let _memory = AbortOnDrop(tokio::spawn(watch_memory(conn.clone(), projector.metrics())));
     let mut last_check: Option<Instant> = None;
     loop {
         if last_check.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
@@ -32,14 +32,14 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
             if !housekeeping(&mut projector, &mut heal, &mut conn, &id, &mut stopped).await? {
                 break;
             }
-            heal.check(&mut projector).await?;
+            heal.check(&mut projector.healing()).await?;
         }
         match projector.step(&mut heal.watch, &mut stopped, CHECK_EVERY).await {
             Step::Stopped => {
                 tracing::info!("stopping before the batch in hand was applied; it will be applied again");
                 break;
             }
-            Step::Lost(losses) => heal.lost(&mut projector, losses).await?,
+            Step::Lost(losses) => heal.lost(&mut projector.healing(), losses).await?,
             Step::Applied(_) | Step::Idle => {}
         }
         if *stopped.borrow() {
@@ -47,7 +47,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
         }
     }
     projector.source.commit_applied();
-    heal.leave(&projector).await;
+    heal.leave(&projector.healing()).await;
     let _ = members::leave(&mut conn, &projector.config.key_prefix, &id).await;
     tracing::info!(counts = ?projector.metrics.counts(), "projector stopped");
     Ok(())
@@ -70,7 +70,7 @@ async fn housekeeping(
                 Some(active) if follow && active > projector.generation() => follow_up(projector, conn, active).await,
                 Some(active) if follow && active < projector.generation() => {
                     let loss = Loss::GenerationBack { from: projector.generation(), to: active };
-                    heal.lost(projector, Losses::one(loss)).await?;
+                    heal.lost(&mut projector.healing(), Losses::one(loss)).await?;
                 }
                 _ => {}
             }

@@ -1,14 +1,11 @@
 //! The long-running modes of the projector: `live` (project as events arrive, follow the active
 //! generation, pause for a rebuild's handover) and `rebuild` (replay everything into a new generation and
-//! switch to it), how instances coordinate through Redis (`members`, `control`), and how a live projector
-//! notices that Redis lost data and projects it again (`loss`, `heal`).
+//! switch to it), and how instances coordinate through Redis (`members`, `control`). How a live projector
+//! notices that Redis lost data and projects it again is [`crate::heal`]'s.
 
 mod control;
-mod guard;
 mod handover;
-mod heal;
 mod live;
-mod loss;
 mod members;
 pub mod rebuild;
 pub mod redrive;
@@ -25,11 +22,11 @@ use shared::{Keyspace, Topic};
 use tokio::sync::watch;
 
 pub use control::rebuild_state;
-pub use guard::Watch;
 pub use members::{live_instances, Instance};
 
 use crate::batch::{self, Step};
 use crate::config::Config;
+use crate::heal;
 use crate::observe::{self, Health, Metrics};
 use crate::source::Source;
 use crate::store::{self, Guard, Store};
@@ -66,18 +63,18 @@ impl Projector {
             // before the API can find it.
             let keys = projector.store.keys().clone();
             let losses = Losses::one(Loss::NewReadModel);
-            heal::mark_lost(&projector, &mut conn, &keys, &losses).await?;
-            heal::mark_everything(&mut projector, &mut conn, &keys, &losses).await?;
+            heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, &losses).await?;
+            heal::mark_everything(&mut projector.source, &mut conn, &keys, &losses).await?;
             let generation = store::active_generation(&mut conn, &projector.config.key_prefix).await?;
             projector.store.set_generation(generation);
         } else if projector.config.generation.is_none() {
             // Redis may have lost data while no projector looked: marked before anything more is served.
             let keys = projector.store.keys().clone();
-            if let Some(loss) = heal::behind_commits(&mut projector, &mut conn, &keys).await? {
+            if let Some(loss) = heal::behind_commits(&projector.source, &mut conn, &keys).await? {
                 tracing::error!(%loss, "the read model's Redis lost data while no projector ran; projecting again");
                 let losses = Losses::one(loss);
-                heal::mark_lost(&projector, &mut conn, &keys, &losses).await?;
-                heal::mark_everything(&mut projector, &mut conn, &keys, &losses).await?;
+                heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, &losses).await?;
+                heal::mark_everything(&mut projector.source, &mut conn, &keys, &losses).await?;
                 projector.metrics.redis.losses.inc();
             }
         }
@@ -111,6 +108,16 @@ impl Projector {
     /// One batch: see [`crate::batch`].
     async fn step(&mut self, guard: &mut impl Guard, stopped: &mut watch::Receiver<bool>, idle: Duration) -> Step {
         batch::step(&mut self.source, &mut self.store, &self.metrics, guard, stopped, idle).await
+    }
+
+    /// What healing works on: see [`heal::Parts`].
+    fn healing(&mut self) -> heal::Parts<'_> {
+        heal::Parts {
+            source: &mut self.source,
+            store: &mut self.store,
+            metrics: &self.metrics,
+            follows_active: self.config.generation.is_none(),
+        }
     }
 
     /// Writes to another generation from the next batch on.

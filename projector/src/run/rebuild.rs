@@ -22,11 +22,11 @@ use shared::loss::Losses;
 use shared::Keyspace;
 use tokio::sync::watch;
 
-use super::guard::Watch;
 use super::{control, handover, Projector};
 use crate::backoff::Backoff;
 use crate::batch::Step;
 use crate::config::Config;
+use crate::heal::Watch;
 use crate::observe::now;
 use crate::store::{self, position, Digest};
 use crate::Error;

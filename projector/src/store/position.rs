@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 
-use redis::{Cmd, Script, Value};
+use redis::{Script, Value};
 use shared::connection::{Connection, Node};
 use shared::keys::position_tag;
 use shared::loss::{HealingEntry, Losses};
@@ -144,7 +144,7 @@ impl Healing {
 /// The healing entry of the whole generation, written the moment a loss is known.
 const WHOLE: &str = "*";
 
-/// Marks the whole generation as incomplete (see [`crate::run`]'s healing): the API answers 503 from now.
+/// Marks the whole generation as incomplete (see [`crate::heal`]): the API answers 503 from now.
 pub async fn mark_incomplete(conn: &mut Connection, keys: &Keyspace, losses: &Losses) -> redis::RedisResult<()> {
     let mut set = redis::cmd("HSET");
     set.arg(keys.healing()).arg(WHOLE).arg(HealingEntry { target: None, losses: losses.clone() }.encode());
@@ -207,13 +207,6 @@ pub async fn clear_healing(
         .await?;
     tracing::debug!(%partition, ?cleared, "healing entry reached");
     Ok(())
-}
-
-/// One command of `INFO`'s sections that loss detection and the memory gauges read.
-pub fn info() -> Cmd {
-    let mut cmd = redis::cmd("INFO");
-    cmd.arg("server").arg("replication").arg("memory").arg("commandstats");
-    cmd
 }
 
 #[cfg(test)]

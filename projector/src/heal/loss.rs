@@ -7,7 +7,15 @@
 
 use std::collections::HashMap;
 
+use redis::Cmd;
 use shared::loss::Loss;
+
+/// One command of `INFO`'s sections that loss detection and the memory gauges read.
+pub fn info() -> Cmd {
+    let mut cmd = redis::cmd("INFO");
+    cmd.arg("server").arg("replication").arg("memory").arg("commandstats");
+    cmd
+}
 
 /// What one primary says of itself in `INFO server memory commandstats`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -16,7 +16,7 @@ use shared::connection::Connection;
 use shared::loss::{Loss, Losses};
 use shared::Keyspace;
 
-use super::loss::{NodeInfo, Seen};
+use super::loss::{self, NodeInfo, Seen};
 use crate::observe::{Metrics, NodeLabels};
 use crate::source::Partition;
 use crate::store::{is_refused, position};
@@ -123,7 +123,7 @@ impl Guard for Watch {
 async fn read_info(conn: &mut Connection, metrics: &Metrics) -> RedisResult<HashMap<String, NodeInfo>> {
     let mut now = HashMap::new();
     for node in conn.nodes().await? {
-        let info: String = redis::from_redis_value(conn.on_node(&node, &position::info()).await?)?;
+        let info: String = redis::from_redis_value(conn.on_node(&node, &loss::info()).await?)?;
         let info = NodeInfo { slots: node.slots.clone(), ..NodeInfo::parse(&info) };
         let labels = NodeLabels { node: node.address.clone() };
         metrics.redis.memory_used.get_or_create(&labels).set(info.used_memory);

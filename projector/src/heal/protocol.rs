@@ -1,30 +1,29 @@
-//! The read model heals itself when Redis loses data. Before every batch is written, after every Redis
-//! error, and a few times a second besides, each live projector:
-//!
-//! 1. asks every primary about itself and records its positions on each ([`super::guard`]): a restart,
-//!    a failover, a flush, or a primary holding less than this projector wrote there is a loss; a batch
-//!    about to be written is then dropped unwritten;
-//! 2. on a loss, marks every partition of the generation as healing, up to the end it has now, and puts
-//!    the active generation back if the loss took it;
-//! 3. reads every partition of its own with a healing entry it has not answered yet again from the
-//!    position Redis holds (the earliest offset where a primary holds none), and ends the entries it has
-//!    caught up with.
-//!
-//! While any entry is left, the API answers 503 rather than a wrong answer. Every write checks the
-//! aggregate's sequence, so reading a partition again changes nothing that Redis kept.
+//! The healing protocol: what a live projector does about a loss, once the look ([`super::look`]) or
+//! the guard before a batch found one. It marks the read model incomplete, then every partition as
+//! healing, and reads its own partitions again from the position Redis holds.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use shared::connection::Connection;
 use shared::loss::{Loss, Losses};
 use shared::Keyspace;
 
-use super::guard::Watch;
-use super::Projector;
-use crate::source::Partition;
+use super::look::Watch;
+use crate::observe::Metrics;
+use crate::source::{Partition, Source};
 use crate::store::position::{self, Healing};
-use crate::store::{self};
+use crate::store::{self, Store};
 use crate::Error;
+
+/// What healing works on of a live projector: where it reads, where it writes, what it reports, and
+/// whether it follows the active generation (none was pinned).
+pub struct Parts<'a> {
+    pub source: &'a mut Source,
+    pub store: &'a mut Store,
+    pub metrics: &'a Metrics,
+    pub follows_active: bool,
+}
 
 /// What one live projector remembers between two looks.
 pub struct Heal {
@@ -46,13 +45,13 @@ struct Pending {
 }
 
 impl Heal {
-    pub fn new(projector: &Projector) -> Self {
-        Self { watch: Watch::new(projector.conn(), projector.metrics()), answered: HashSet::new(), pending: None }
+    pub fn new(conn: Connection, metrics: Arc<Metrics>) -> Self {
+        Self { watch: Watch::new(conn, metrics), answered: HashSet::new(), pending: None }
     }
 
     /// One look; see the module's documentation. An error of Redis is logged and tried again next time;
     /// a Redis that came back able to evict keys is refused.
-    pub async fn check(&mut self, projector: &mut Projector) -> Result<(), Error> {
+    pub async fn check(&mut self, projector: &mut Parts<'_>) -> Result<(), Error> {
         let keys = projector.store.keys().clone();
         match self.watch.losses(&keys, &projector.source.positions()).await {
             Ok(losses) if !losses.is_empty() => return self.lost(projector, losses).await,
@@ -65,7 +64,7 @@ impl Heal {
 
     /// Answers a loss, found by the look or by the guard before a batch was written: marks the read
     /// model incomplete, then every partition as healing, and reads this projector's partitions again.
-    pub async fn lost(&mut self, projector: &mut Projector, losses: Losses) -> Result<(), Error> {
+    pub async fn lost(&mut self, projector: &mut Parts<'_>, losses: Losses) -> Result<(), Error> {
         let mut conn = self.watch.conn();
         if !losses.are_flushes() {
             store::check_no_eviction(&mut conn).await?;
@@ -88,12 +87,12 @@ impl Heal {
 
     /// Writes the healing entries of a loss not fully marked yet, and answers the entries of this
     /// projector's partitions.
-    async fn settle(&mut self, projector: &mut Projector) {
+    async fn settle(&mut self, projector: &mut Parts<'_>) {
         let mut conn = self.watch.conn();
         let keys = projector.store.keys().clone();
         if let Some(Pending { losses, marked }) = self.pending.clone() {
             if !marked {
-                match mark_lost(projector, &mut conn, &keys, &losses).await {
+                match mark_lost(projector.follows_active, &mut conn, &keys, &losses).await {
                     Ok(()) => {
                         projector.metrics.redis.losses.inc();
                         self.pending = Some(Pending { losses: losses.clone(), marked: true });
@@ -104,7 +103,7 @@ impl Heal {
                     }
                 }
             }
-            match mark_everything(projector, &mut conn, &keys, &losses).await {
+            match mark_everything(projector.source, &mut conn, &keys, &losses).await {
                 Ok(()) => self.pending = None,
                 Err(e) => tracing::warn!(error = %e, "could not mark every partition as healing; trying again"),
             }
@@ -116,7 +115,7 @@ impl Heal {
 
     /// On shutdown, once the last batch is applied: records the positions, so that the next start reads
     /// nothing twice, unless Redis lost data since the last look (then the next start finds out).
-    pub async fn leave(&mut self, projector: &Projector) {
+    pub async fn leave(&mut self, projector: &Parts<'_>) {
         let keys = projector.store.keys().clone();
         match self.watch.losses(&keys, &projector.source.positions()).await {
             Ok(losses) if losses.is_empty() => {}
@@ -127,7 +126,7 @@ impl Heal {
 
     /// Reads again the partitions of this projector with a healing entry it has not answered, and ends
     /// the entries it has caught up with.
-    async fn answer(&mut self, projector: &mut Projector, conn: &mut Connection, keys: &Keyspace) -> Result<(), Error> {
+    async fn answer(&mut self, projector: &mut Parts<'_>, conn: &mut Connection, keys: &Keyspace) -> Result<(), Error> {
         let entries = position::healing(conn, keys).await?;
         let mine: HashMap<&Partition, &Healing> =
             entries.iter().filter(|(p, _)| projector.source.assigned().contains(*p)).collect();
@@ -172,13 +171,13 @@ return 0
 /// or set it back: in that order, so that the API never serves the generation before it knows it is
 /// incomplete.
 pub async fn mark_lost(
-    projector: &Projector,
+    follows_active: bool,
     conn: &mut Connection,
     keys: &Keyspace,
     losses: &Losses,
 ) -> Result<(), Error> {
     position::mark_incomplete(conn, keys, losses).await?;
-    if projector.config.generation.is_none() {
+    if follows_active {
         let generation = keys.generation();
         for key in [Keyspace::active_generation(keys.prefix()), Keyspace::generation_counter(keys.prefix())] {
             let _: i64 = redis::Script::new(RAISE).key(key).arg(generation).invoke_async(conn).await?;
@@ -190,13 +189,13 @@ pub async fn mark_lost(
 /// Marks every partition of the generation as healing up to its end now, then ends the entry of the
 /// whole generation [`mark_lost`] wrote.
 pub async fn mark_everything(
-    projector: &mut Projector,
+    source: &mut Source,
     conn: &mut Connection,
     keys: &Keyspace,
     losses: &Losses,
 ) -> Result<(), Error> {
-    let all: Vec<Partition> = projector.source.partitions()?.to_vec();
-    let ends = projector.source.ends(&all)?;
+    let all: Vec<Partition> = source.partitions()?.to_vec();
+    let ends = source.ends(&all)?;
     let mut entries = HashMap::new();
     for (partition, end) in all.into_iter().zip(ends) {
         if end > 0 {
@@ -211,13 +210,9 @@ pub async fn mark_everything(
 /// A start is a check: a partition whose committed offset is ahead of the position the read model holds
 /// lost what was applied between the two while no projector looked (a restore, a restart without
 /// persistence, a flush). Returns the loss, named alike by every projector that finds it.
-pub async fn behind_commits(
-    projector: &mut Projector,
-    conn: &mut Connection,
-    keys: &Keyspace,
-) -> Result<Option<Loss>, Error> {
+pub async fn behind_commits(source: &Source, conn: &mut Connection, keys: &Keyspace) -> Result<Option<Loss>, Error> {
     let committed: HashMap<Partition, i64> =
-        projector.source.committed()?.into_iter().filter(|(_, offset)| *offset > 0).collect();
+        source.committed()?.into_iter().filter(|(_, offset)| *offset > 0).collect();
     let partitions: Vec<Partition> = committed.keys().cloned().collect();
     let held = position::read(conn, keys, &partitions).await?;
     let mut behind: Vec<String> = held
