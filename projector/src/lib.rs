@@ -11,9 +11,11 @@
 //!   read model must hold afterwards (documents, index entries, WebVTT cues).
 //! - `store`: the Redis side: owners, the write script and the only Rust that knows its arguments,
 //!   conflict retries, generations and their digest, and the positions the read model holds itself.
-//! - `run`: the long-running modes: `live`, `rebuild` (with its handover) and `repair` of one
-//!   organization or aggregate (with `redrive`, the dead letters that repair), and how instances share
+//! - `run`: the long-running modes, `live` and `rebuild` (with its handover), and how instances share
 //!   partitions and coordinate through Redis.
+//! - `repair`: redoing one organization or aggregate from the topics while the live path goes on: the
+//!   steps, the target's events (`repair/target.rs`), the hold, staging and swap in Redis
+//!   (`repair/staging.rs`), and `redrive` (`repair/redrive.rs`, the dead letters that repair).
 //! - `heal`: how the read model heals after Redis lost data: `heal/look.rs` looks (before every batch
 //!   and a few times a second), `heal/loss.rs` tells a loss from what the primaries say, and
 //!   `heal/protocol.rs` answers (a loss is a `shared::loss::Loss` until it is written into a healing
@@ -30,6 +32,7 @@ mod backoff;
 mod fold;
 mod heal;
 mod observe;
+mod repair;
 mod run;
 mod source;
 mod store;
@@ -41,8 +44,8 @@ use tokio::sync::watch;
 pub use config::Config;
 pub use heal::Watch;
 pub use observe::{Counts, Metrics, Outcome};
+pub use repair::{run as repair, Report as RepairReport, Target as RepairTarget};
 pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
-pub use run::repair::{run as repair, Report as RepairReport, Target as RepairTarget};
 pub use run::{live_instances, Instance, Projector};
 /// The projector's `fetch.wait.max.ms` unless a property says otherwise (for the benchmarks' ceilings).
 pub use source::{Partition, FETCH_WAIT_MAX_MS};

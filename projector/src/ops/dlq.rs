@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use super::Output;
 use crate::config::Config;
-use crate::run::redrive;
+use crate::repair::redrive;
 use crate::source::{list_dead_letters, replay_dead_letters, ReplayError};
 use crate::Error;
 

@@ -117,7 +117,7 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
         }
         Command::Repair { organization, aggregate, output } => {
             let target = match (organization, aggregate) {
-                (Some(org), _) => crate::run::repair::Target::Organization(org),
+                (Some(org), _) => crate::repair::Target::Organization(org),
                 (None, Some(spec)) => repair::aggregate(&config, &spec)?,
                 (None, None) => unreachable!("clap requires one"),
             };

@@ -1,5 +1,5 @@
 //! `projector repair --organization ID` and `projector repair --aggregate TOPIC:ID`: runs a repair
-//! ([`crate::run::repair`]) with a progress bar on a terminal (plain lines otherwise), and prints what it
+//! ([`crate::repair`]) with a progress bar on a terminal (plain lines otherwise), and prints what it
 //! did (as text, or as JSON: the [`Report`] as serialized).
 
 use std::io::IsTerminal;
@@ -11,7 +11,7 @@ use shared::Topic;
 
 use super::Output;
 use crate::config::Config;
-use crate::run::repair::{self, Report, Target};
+use crate::repair::{self, Report, Target};
 use crate::Error;
 
 /// Reads `TOPIC:ID`: the topic by its configured name, or by its aggregate's (`study`, `interview`,

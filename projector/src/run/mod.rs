@@ -8,8 +8,6 @@ mod handover;
 mod live;
 mod members;
 pub mod rebuild;
-pub mod redrive;
-pub mod repair;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;

@@ -13,7 +13,7 @@ mod generation;
 mod guard;
 mod late;
 pub mod position;
-pub mod repair;
+mod repaired;
 mod write;
 
 use std::collections::HashSet;
@@ -29,7 +29,7 @@ pub use late::{late_aggregates, repair_command};
 
 use crate::fold::{fold, State, Verdict};
 use crate::observe::Outcome;
-pub use write::ScriptReply;
+pub use write::{ReplyError, ScriptReply};
 use write::{Write, WriteScript};
 
 /// How many times one batch re-reads an aggregate that changed under it before giving up.

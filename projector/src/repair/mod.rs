@@ -21,6 +21,15 @@
 //!
 //! A repair killed anywhere leaves the live data as it was: staged keys expire (and the next repair
 //! clears them), a hold expires within [`HOLD_TTL`], the lease within [`LEASE_TTL`].
+//!
+//! The steps are here; [`target`] tells the target's events among the topics' messages (1, 2),
+//! [`staging`] is the Redis side of the hold, the staging and the swap (0, 3 to 5), and [`redrive`]
+//! repairs the aggregates that a replay of dead letters would leave unchanged. The repaired write of one
+//! aggregate is the store's ([`Store::write_repaired`]): it goes through the live path's write script.
+
+pub mod redrive;
+mod staging;
+mod target;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -28,21 +37,15 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use shared::connection::Connection;
 use shared::lease::Lease;
-use shared::{decode, Decoded, Event, Keyspace, Topic};
+use shared::{Keyspace, Topic};
 
 use crate::config::Config;
-use crate::fold::{fold, Folded, State};
-use crate::source::{Partition, Reader, Record};
-use crate::store::repair::{self as staging, HOLD_TTL, LEASE_TTL};
+use crate::source::Reader;
 use crate::store::{self, ScriptReply, Store, StoreError};
 use crate::Error;
-
-/// What to repair.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Target {
-    Organization(String),
-    Aggregate(Topic, String),
-}
+use staging::{HOLD_TTL, LEASE_TTL};
+use target::{describe, folded, read_on, Aggregates, Collected};
+pub use target::{Progress, Target};
 
 /// What a repair did, as `repair -o json` prints it.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -64,79 +67,11 @@ pub struct Report {
     pub owned_by_others: Vec<String>,
 }
 
-/// How far the reading is: messages read, of how many.
-pub type Progress<'a> = &'a (dyn Fn(u64, u64) + Sync);
-
 /// How long a repair waits for another repair's hold on the same organization.
 const HOLD_WAIT: Duration = Duration::from_secs(30);
 
 /// How many times an API key is read again when the live path wrote it meanwhile.
 const KEY_ATTEMPTS: usize = 8;
-
-type Aggregates = BTreeMap<(Topic, String), BTreeMap<u64, Event>>;
-
-/// The target's events, by aggregate and sequence.
-struct Collected {
-    target: Target,
-    /// The organization, once known (an aggregate's: its owner, or its first event's).
-    org: Option<String>,
-    /// What an organization's id looks like in a JSON value.
-    needle: Vec<u8>,
-    aggregates: Aggregates,
-    kept: u64,
-}
-
-impl Collected {
-    fn new(target: Target, owner: Option<String>) -> Self {
-        let (org, needle) = match &target {
-            Target::Organization(org) => (Some(org.clone()), serde_json::to_vec(org).expect("a string serializes")),
-            Target::Aggregate(..) => (owner, Vec::new()),
-        };
-        Self { target, org, needle, aggregates: BTreeMap::new(), kept: 0 }
-    }
-
-    /// Keeps the record's event if it is the target's; returns its aggregate then.
-    fn offer(&mut self, record: Record<'_>) -> Option<(Topic, String)> {
-        let value = record.value?;
-        match &self.target {
-            Target::Organization(_) => {
-                if !value.contains(&b'\\') && !contains(value, &self.needle) {
-                    return None;
-                }
-            }
-            Target::Aggregate(topic, id) => {
-                if record.topic != *topic || record.key.is_some_and(|k| k != id.as_bytes()) {
-                    return None;
-                }
-            }
-        }
-        let Ok(Decoded::Event(event)) = decode(record.topic, record.key, value) else { return None };
-        if let Target::Aggregate(_, id) = &self.target {
-            if event.envelope.aggregate_id != *id {
-                return None;
-            }
-        }
-        let org = self.org.get_or_insert_with(|| event.envelope.organization_id.clone());
-        if event.envelope.organization_id != *org {
-            return None;
-        }
-        self.kept += 1;
-        let aggregate = (record.topic, event.envelope.aggregate_id.clone());
-        // One partition holds an aggregate, read in offset order: a later event with a sequence wins.
-        self.aggregates.entry(aggregate.clone()).or_default().insert(event.envelope.sequence, event);
-        Some(aggregate)
-    }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    needle.is_empty() || haystack.windows(needle.len()).any(|w| w == needle)
-}
-
-/// One aggregate folded from scratch, its events in sequence order.
-fn folded(aggregates: &Aggregates, aggregate: &(Topic, String)) -> Folded {
-    let events: Vec<&Event> = aggregates[aggregate].values().collect();
-    fold(&aggregate.1, 0, State::new(aggregate.0), &events).0
-}
 
 /// Runs a repair of `target` on the active generation.
 pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
@@ -224,7 +159,7 @@ async fn repair(
         let held = Instant::now();
         let mut touched = BTreeSet::new();
         let read_before = report.events_read;
-        read_on(&mut reader, &mut marks, &mut total, &mut report, &mut collected, &mut touched, progress)?;
+        read_on(&mut reader, &mut marks, &mut total, &mut report.events_read, &mut collected, &mut touched, progress)?;
         tracing::info!(organization = %org, events = report.events_read - read_before, "read on under the hold");
         claim(conn, keys, &org, &collected.aggregates, &mut claimed, &mut others).await?;
         tracing::info!(elapsed = ?started.elapsed(), "read on under the hold and claimed");
@@ -267,7 +202,15 @@ async fn repair(
             attempt += 1;
             let stored = store.stored(Topic::ApiKey, &org, &aggregate.1).await.map_err(refused)?;
             let mut touched = BTreeSet::new();
-            read_on(&mut reader, &mut marks, &mut total, &mut report, &mut collected, &mut touched, progress)?;
+            read_on(
+                &mut reader,
+                &mut marks,
+                &mut total,
+                &mut report.events_read,
+                &mut collected,
+                &mut touched,
+                progress,
+            )?;
             let repaired = folded(&collected.aggregates, aggregate);
             let reply = store
                 .write_repaired(Topic::ApiKey, &org, &aggregate.1, stored, repaired, token)
@@ -329,43 +272,6 @@ fn refused(e: StoreError) -> Error {
     Error::Refused(e.to_string())
 }
 
-fn describe(target: &Target) -> String {
-    match target {
-        Target::Organization(org) => format!("organization {org}"),
-        Target::Aggregate(topic, id) => format!("{} {id}", topic.aggregate()),
-    }
-}
-
-/// Reads every partition on to its end as it is now, noting the aggregates whose events came.
-fn read_on(
-    reader: &mut Reader,
-    marks: &mut std::collections::HashMap<Partition, (i64, i64)>,
-    total: &mut u64,
-    report: &mut Report,
-    collected: &mut Collected,
-    touched: &mut BTreeSet<(Topic, String)>,
-    progress: Progress<'_>,
-) -> Result<(), Error> {
-    let now = reader.watermarks()?;
-    for (p, (_, high)) in &now {
-        let before = marks.get(p).map_or(0, |(_, h)| *h);
-        *total += (high - before).max(0) as u64;
-    }
-    *marks = now;
-    let base = report.events_read;
-    let all = *total;
-    report.events_read += reader.read_to(
-        marks,
-        |r| {
-            if let Some(a) = collected.offer(r) {
-                touched.insert(a);
-            }
-        },
-        |n| progress(base + n, all),
-    )?;
-    Ok(())
-}
-
 /// Records the organization as the owner of the aggregates not claimed yet; notes those others own.
 async fn claim(
     conn: &mut Connection,
@@ -424,58 +330,5 @@ async fn write_one(
     match store.write_repaired(aggregate.0, org, &aggregate.1, stored, folded(aggregates, aggregate), token).await? {
         ScriptReply::Applied | ScriptReply::ClaimRefused => Ok(()),
         _ => Err(StoreError::HoldLost),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn record<'a>(topic: Topic, key: &'a [u8], value: &'a [u8]) -> Record<'a> {
-        Record {
-            topic,
-            topic_name: topic.default_name(),
-            partition: 0,
-            offset: 0,
-            key: Some(key),
-            value: Some(value),
-            timestamp_ms: None,
-        }
-    }
-
-    fn event(org: &str, id: &str, sequence: u64, title: &str) -> String {
-        serde_json::json!({
-            "eventId": format!("{id}-{sequence}-{title}"), "type": "study.retitled", "organizationId": org,
-            "aggregateId": id, "sequence": sequence, "occurredAt": "2026-01-01T00:00:00Z",
-            "data": {"internalTitle": title}
-        })
-        .to_string()
-    }
-
-    #[test]
-    fn an_organization_keeps_its_events_only_and_a_later_event_with_a_sequence_wins() {
-        let mut c = Collected::new(Target::Organization("org-1".into()), None);
-        assert!(c.offer(record(Topic::Study, b"s1", event("org-1", "s1", 1, "first").as_bytes())).is_some());
-        assert!(c.offer(record(Topic::Study, b"s2", event("org-10", "s2", 1, "x").as_bytes())).is_none());
-        assert!(c.offer(record(Topic::Study, b"s3", event("org-2", "s3", 1, "x").as_bytes())).is_none());
-        // An id written with an escape is still found, by decoding.
-        let escaped = event("org-1", "s4", 1, "y").replace("\"org-1\"", "\"org\\u002d1\"");
-        assert!(c.offer(record(Topic::Study, b"s4", escaped.as_bytes())).is_some());
-        assert!(c.offer(record(Topic::Study, b"s1", event("org-1", "s1", 1, "corrected").as_bytes())).is_some());
-        assert!(c.offer(record(Topic::Study, b"s1", b"{not json")).is_none());
-        assert_eq!(c.kept, 3);
-        let s1 = &c.aggregates[&(Topic::Study, "s1".to_string())];
-        assert_eq!(s1.len(), 1);
-        assert!(s1[&1].envelope.event_id.contains("corrected"));
-    }
-
-    #[test]
-    fn an_aggregate_keeps_its_own_events_of_its_owner_only() {
-        let mut c = Collected::new(Target::Aggregate(Topic::Study, "s1".into()), Some("org-1".into()));
-        assert!(c.offer(record(Topic::Study, b"s2", event("org-1", "s2", 1, "x").as_bytes())).is_none());
-        assert!(c.offer(record(Topic::Study, b"s1", event("org-2", "s1", 1, "x").as_bytes())).is_none());
-        assert!(c.offer(record(Topic::Study, b"s1", event("org-1", "s1", 2, "x").as_bytes())).is_some());
-        assert!(c.offer(record(Topic::Interview, b"s1", event("org-1", "s1", 3, "x").as_bytes())).is_none());
-        assert_eq!(c.kept, 1);
     }
 }

@@ -1,7 +1,8 @@
-//! The Redis side of a repair (see [`crate::run::repair`]): a short hold on an organization's writes, its
-//! repaired data staged beside the live keys in the same slot, and the swap that puts it in place in one
-//! script, so a reader sees the data before the repair or after it, never a mixture. Also the repaired
-//! write of one aggregate, through the live path's own write script.
+//! The Redis side of a repair (see [`super`]): a short hold on an organization's writes, its repaired
+//! data staged beside the live keys in the same slot, and the swap that puts it in place in one script,
+//! so a reader sees the data before the repair or after it, never a mixture. The repaired write of one
+//! aggregate goes through the live path's own write script, and is the store's
+//! ([`crate::store::Store::write_repaired`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
@@ -11,9 +12,8 @@ use shared::connection::Connection;
 use shared::lease::{Lease, OnLapse};
 use shared::{Keyspace, Topic};
 
-use super::write::{ScriptReply, Write};
-use super::{Store, StoreError};
 use crate::fold::{Folded, IndexChange, State, TranscriptChange, TRANSCRIPT_HEADER};
+use crate::store::{ReplyError, StoreError};
 
 /// How long a hold lasts unless renewed: a repair that died releases the organization within this.
 pub const HOLD_TTL: Duration = Duration::from_secs(10);
@@ -224,67 +224,7 @@ pub async fn swap(
         Value::SimpleString(status) if status.starts_with("STAGING-INCOMPLETE ") => {
             Err(StoreError::StagingIncomplete(status["STAGING-INCOMPLETE ".len()..].to_string()))
         }
-        other => Err(StoreError::Script(super::write::ReplyError::new(other))),
-    }
-}
-
-impl Store {
-    /// Writes one aggregate folded from scratch over the stored one at `expected`, with the live path's
-    /// write script and the repair's `token` (which opens the repair's own hold). The transcript is
-    /// replaced. For an API key, the index entries of every hash the stored state had are let go unless
-    /// the repaired state keeps them.
-    pub async fn write_repaired(
-        &mut self,
-        topic: Topic,
-        org: &str,
-        id: &str,
-        expected: (u64, State),
-        mut folded: Folded,
-        token: &str,
-    ) -> Result<ScriptReply, StoreError> {
-        if let (State::ApiKey(stored), State::ApiKey(repaired)) = (&expected.1, &folded.state) {
-            let stale =
-                stored.sha256.iter().chain(&stored.retired).filter(|sha| repaired.sha256.as_ref() != Some(*sha));
-            let stale: Vec<String> = stale.cloned().collect();
-            match &mut folded.index {
-                IndexChange::KeyLive { retired } | IndexChange::KeyRevoked { retired } => {
-                    for sha in stale {
-                        if !retired.contains(&sha) {
-                            retired.push(sha);
-                        }
-                    }
-                }
-                _ => {}
-            }
-        }
-        let write = Write {
-            topic,
-            org,
-            aggregate_id: id,
-            expected: expected.0,
-            folded: &folded,
-            epoch_written: false,
-            repair: Some(token),
-            // What the organization is as of stays what its epoch says (the swap keeps it).
-            as_of_micros: 0,
-        };
-        let command = self.write.invocation(&self.keys, &write);
-        let reply = self.query(&[command]).await?.pop().expect("one reply");
-        Ok(super::write::WriteScript::reply(reply)?)
-    }
-
-    /// The stored sequence and state of one aggregate.
-    pub async fn stored(&mut self, topic: Topic, org: &str, id: &str) -> Result<(u64, State), StoreError> {
-        let key = self.keys.aggregate(topic, org, id);
-        let reply = self.query(&[super::hmget_state(key.clone())]).await?.pop().expect("one reply");
-        let (seq, state): (Option<u64>, Option<String>) = redis::from_redis_value(reply)?;
-        let state = match state {
-            Some(json) => {
-                State::decode(topic, &json).map_err(|e| StoreError::CorruptState { key, reason: e.to_string() })?
-            }
-            None => State::new(topic),
-        };
-        Ok((seq.unwrap_or(0), state))
+        other => Err(StoreError::Script(ReplyError::new(other))),
     }
 }
 

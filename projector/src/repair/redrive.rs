@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use serde::Serialize;
 use shared::{decode, Decoded, Keyspace};
 
-use super::repair::{self, Progress, Target};
+use super::{self as repair, Progress, Target};
 use crate::config::Config;
 use crate::source::DeadLetter;
 use crate::store::{self, Store};
