@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod cluster;
+pub mod cut;
 pub mod dump;
 pub mod events;
 pub mod faults;

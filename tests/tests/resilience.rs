@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use end_to_end::cut::Cutting;
 use end_to_end::kafka::{self, Topics};
 use end_to_end::own_redis::OwnRedis;
 use end_to_end::scenario::Scenario;
@@ -72,4 +73,23 @@ async fn a_projector_refuses_a_redis_that_may_evict_keys_with_one_line_saying_wh
     let line = error.to_string();
     assert!(line.contains("maxmemory-policy allkeys-lru") && line.contains("noeviction"), "{line}");
     assert_eq!(line.lines().count(), 1, "{line}");
+}
+
+/// Redis restarting or failing over while a projector starts: a connection cut in the middle of the start
+/// (here as it reads the active generation) is met again with a new one, as in the live loop; the process
+/// does not exit (it did, with `Error: redis: broken pipe`, and was restarted with growing delays).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_cut_while_the_projector_starts_is_made_again_and_the_start_goes_on() {
+    let redis = OwnRedis::start();
+    let scenario = Scenario::generate(0x5eed_0005, 1, 3, 2);
+    let topics = Topics::holding(&scenario.messages).await;
+    let prefix = unique("rm");
+    let cutting = Cutting::start(&format!("127.0.0.1:{}", redis.port()), &Keyspace::active_generation(&prefix)).await;
+    let mut config = runner::config(&topics, &prefix, &unique("g"));
+    (config.redis_url, config.redis_cluster) = (format!("redis://127.0.0.1:{}", cutting.port).into(), false);
+    let started = tokio::time::timeout(Duration::from_secs(30), runner::spawn(config)).await;
+    let running = started.expect("the start goes on within 30 s");
+    assert!(cutting.has_cut(), "the connection was cut during the start");
+    running.wait_until_consumed(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    running.stop().await;
 }

@@ -22,6 +22,7 @@ use tokio::sync::watch;
 pub use control::rebuild_state;
 pub use members::{live_instances, Instance};
 
+use crate::backoff::Backoff;
 use crate::batch::{self, Step};
 use crate::config::Config;
 use crate::heal;
@@ -29,6 +30,15 @@ use crate::observe::{self, Health, Metrics};
 use crate::source::Source;
 use crate::store::{self, Guard, Store};
 use crate::Error;
+
+/// Whether an error of the start is Redis or the broker away for a while, not a refusal.
+fn passing(e: &Error) -> bool {
+    match e {
+        Error::Redis(e) => !store::is_refused(e),
+        Error::Kafka(e) => e.is_passing(),
+        _ => false,
+    }
+}
 
 /// One projector: its configuration, where it reads, where it writes and what it reports.
 pub struct Projector {
@@ -39,12 +49,31 @@ pub struct Projector {
 }
 
 impl Projector {
-    /// Connects to Redis (waiting for it) and to the broker. `None` when shut down meanwhile.
+    /// Connects to Redis (waiting for it) and to the broker. `None` when shut down meanwhile. A start that
+    /// meets Redis or the broker away once connected (a restart, a failover) starts again, with backoff,
+    /// rather than exit; a refusal (a setting, a permission, an evicting Redis) stops it with one line.
     pub async fn connect(mut config: Config, mut stopped: watch::Receiver<bool>) -> Result<Option<Self>, Error> {
         config.validate()?;
         config.load_kafka_properties()?;
         crate::source::check_prerequisites(&config).await?;
-        let Some(mut conn) = store::connect(&config, &mut stopped).await? else { return Ok(None) };
+        let mut backoff = Backoff::new();
+        loop {
+            let Some(conn) = store::connect(&config, &mut stopped).await? else { return Ok(None) };
+            match Self::start(config.clone(), conn).await {
+                Err(e) if passing(&e) => {
+                    tracing::warn!(error = %e, "the start met Redis or the broker away; starting again");
+                    if !backoff.wait(&mut stopped).await {
+                        return Ok(None);
+                    }
+                }
+                started => return started.map(Some),
+            }
+        }
+    }
+
+    /// The start, once connected to Redis: a new read model is marked incomplete, and a loss while no
+    /// projector ran is marked, before anything is projected.
+    async fn start(config: Config, mut conn: Connection) -> Result<Self, Error> {
         store::check_no_eviction(&mut conn).await?;
         let metrics = Arc::new(Metrics::new(Topic::ALL.map(|t| config.topic_name(t).to_string())));
         let active: Option<u64> =
@@ -80,7 +109,7 @@ impl Projector {
         tracing::info!(generation, prefix = %projector.config.key_prefix, group = %projector.config.group_id, "projecting");
         projector.metrics.generation.set(generation as i64);
         projector.metrics.beat();
-        Ok(Some(projector))
+        Ok(projector)
     }
 
     pub fn metrics(&self) -> Arc<Metrics> {

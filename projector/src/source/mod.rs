@@ -40,6 +40,14 @@ use crate::observe::Metrics;
 #[error("{0}")]
 pub struct BrokerError(#[from] KafkaError);
 
+impl BrokerError {
+    /// Whether the broker may answer later (it is away, a request timed out), unlike a client that could
+    /// not be made from its settings.
+    pub fn is_passing(&self) -> bool {
+        !matches!(self.0, KafkaError::ClientCreation(_) | KafkaError::ClientConfig(..))
+    }
+}
+
 /// A partition of a topic.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Partition {
