@@ -15,6 +15,7 @@ use std::time::Duration;
 use redis::{RedisResult, Script};
 
 use crate::connection::Connection;
+use crate::task::AbortOnDrop;
 
 /// What a renewal does when it finds the lease gone.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +49,7 @@ struct Held {
 /// released. Dropping it stops the renewal (the key then expires); [`Lease::release`] deletes it.
 pub struct Lease {
     held: Arc<Held>,
-    renewal: tokio::task::JoinHandle<()>,
+    renewal: AbortOnDrop,
 }
 
 impl Lease {
@@ -78,7 +79,7 @@ impl Lease {
             on_lapse,
             lost: AtomicBool::new(false),
         });
-        let renewal = tokio::spawn(renew(conn.clone(), held.clone()));
+        let renewal = AbortOnDrop::spawn(renew(conn.clone(), held.clone()));
         Ok(Some(Lease { held, renewal }))
     }
 
@@ -106,15 +107,10 @@ impl Lease {
 
     /// Stops renewing and deletes the lease if it is still this holder's.
     pub async fn release(self, conn: &mut Connection) -> RedisResult<()> {
-        self.renewal.abort();
-        let _: i64 = Script::new(RELEASE).key(&self.held.key).arg(&self.held.token).invoke_async(conn).await?;
+        let Lease { held, renewal } = self;
+        drop(renewal);
+        let _: i64 = Script::new(RELEASE).key(&held.key).arg(&held.token).invoke_async(conn).await?;
         Ok(())
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        self.renewal.abort();
     }
 }
 

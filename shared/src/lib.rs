@@ -14,6 +14,8 @@
 //!   `cluster_pipeline` (a batch as one pipeline per primary), [`cluster_nodes`] (the topology),
 //!   `redis_tls` (`rediss://` and the refusals no retry cures), [`redis_url`] (URLs shown without their
 //!   password), `lease` (a token with a TTL its holder renews: the rebuild lock, a repair's hold and lease).
+//! - Background tasks (feature `task`, which `connection` brings): `task` (a spawned task aborted when
+//!   its guard drops: a lease's renewal, the projector's memory gauges, the query API's refresh).
 //! - Around `run()` (feature `process`): `process` (logging, traces, shutdown); and [`log_every`] (a
 //!   repeated warning at most once a period).
 
@@ -36,6 +38,8 @@ pub mod projectors;
 pub mod redis_tls;
 pub mod redis_url;
 pub mod scope;
+#[cfg(feature = "task")]
+pub mod task;
 pub mod time;
 
 pub use documents::{Facet, InterviewDocument, Participant, StudyDocument, VideoObject};

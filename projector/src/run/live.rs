@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use shared::connection::Connection;
 use shared::loss::{Loss, Losses};
+use shared::task::AbortOnDrop;
 use tokio::sync::watch;
 
 use super::control::{self, Signals};
@@ -24,7 +25,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
     let id = uuid::Uuid::new_v4().to_string();
     let mut conn = projector.conn();
     let mut heal = Heal::new(projector.conn(), projector.metrics());
-    let _memory = AbortOnDrop(tokio::spawn(watch_memory(conn.clone(), projector.metrics())));
+    let _memory = AbortOnDrop::spawn(watch_memory(conn.clone(), projector.metrics()));
     let mut last_check: Option<Instant> = None;
     loop {
         if last_check.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
@@ -201,14 +202,5 @@ fn instance(projector: &Projector, paused: bool) -> Instance {
         partitions: projector.source.assigned_partitions(),
         latest_event: projector.metrics.latest_event.get(),
         caught_up: projector.metrics.caught_up(),
-    }
-}
-
-/// A background task that ends with the loop that started it, however that loop ends.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

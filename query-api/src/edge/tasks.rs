@@ -3,22 +3,14 @@
 
 use std::future::Future;
 
-use tokio::task::JoinHandle;
+use shared::task::AbortOnDrop;
 
 #[derive(Default)]
-pub struct Tasks(Vec<JoinHandle<()>>);
+pub struct Tasks(Vec<AbortOnDrop>);
 
 impl Tasks {
     pub fn spawn(&mut self, task: impl Future<Output = ()> + Send + 'static) {
-        self.0.push(tokio::spawn(task));
-    }
-}
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for task in &self.0 {
-            task.abort();
-        }
+        self.0.push(AbortOnDrop::spawn(task));
     }
 }
 
