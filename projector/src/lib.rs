@@ -10,16 +10,17 @@
 //! - `fold`: the projection as pure logic: an aggregate's state, how each event changes it, and what the
 //!   read model must hold afterwards (documents, index entries, WebVTT cues).
 //! - `store`: the Redis side: owners, the write script and the only Rust that knows its arguments,
-//!   conflict retries, generations and their digest, and the positions the read model holds itself.
+//!   conflict retries, the guard asked before writing (`store/guard.rs`), generations and their digest,
+//!   and the positions and healing entries the read model holds itself.
 //! - `run`: the long-running modes, `live` and `rebuild` (with its handover), and how instances share
 //!   partitions and coordinate through Redis.
-//! - `repair`: redoing one organization or aggregate from the topics while the live path goes on: the
-//!   steps, the target's events (`repair/target.rs`), the hold, staging and swap in Redis
-//!   (`repair/staging.rs`), and `redrive` (`repair/redrive.rs`, the dead letters that repair).
 //! - `heal`: how the read model heals after Redis lost data: `heal/look.rs` looks (before every batch
 //!   and a few times a second), `heal/loss.rs` tells a loss from what the primaries say, and
 //!   `heal/protocol.rs` answers (a loss is a `shared::loss::Loss` until it is written into a healing
 //!   entry).
+//! - `repair`: redoing one organization or aggregate from the topics while the live path goes on: the
+//!   steps (`repair/mod.rs`), the target's events (`repair/target.rs`), the hold, staging and swap in
+//!   Redis (`repair/staging.rs`), and `redrive` (`repair/redrive.rs`, the dead letters that repair).
 //! - `observe`: one metrics registry and the HTTP server of `/metrics`, `/livez`, `/readyz`.
 //! - [`ops`]: the operator's commands, one file each; all printing lives there.
 //! - [`config`]: every setting, from flags or the environment.

@@ -1,5 +1,5 @@
 //! `projector repair --organization ID` and `projector repair --aggregate TOPIC:ID`: runs a repair
-//! ([`crate::repair`]) with a progress bar on a terminal (plain lines otherwise), and prints what it
+//! ([`crate::repair`](mod@crate::repair)) with a progress bar on a terminal (plain lines otherwise), and prints what it
 //! did (as text, or as JSON: the [`Report`] as serialized).
 
 use std::io::IsTerminal;

@@ -1,7 +1,16 @@
 //! The long-running modes of the projector: `live` (project as events arrive, follow the active
 //! generation, pause for a rebuild's handover) and `rebuild` (replay everything into a new generation and
-//! switch to it), and how instances coordinate through Redis (`members`, `control`). How a live projector
-//! notices that Redis lost data and projects it again is [`crate::heal`]'s.
+//! switch to it), and how instances coordinate through Redis (`members`, `control`).
+//!
+//! # Layout
+//!
+//! - [`Projector`] (here): one projector's configuration, source, store and metrics, and its start.
+//! - `live`: batch after batch, and the housekeeping that keeps instances and a rebuild in step.
+//! - [`rebuild`] and `handover`: a new generation replayed from the topics, and the switch to it.
+//! - `members` and `control`: the instances' reports, their share of the partitions, and the control keys.
+//!
+//! Elsewhere: how a live projector notices that Redis lost data and projects it again is
+//! [`crate::heal`]'s; a `repair` of one organization or aggregate is [`crate::repair`](mod@crate::repair)'s.
 
 mod control;
 mod handover;

@@ -6,7 +6,10 @@
 //! state; (2) fold the events in memory ([`crate::fold`]); (3) write each aggregate with the script
 //! ([`write`]), which checks the stored sequence is still the one the fold started from. A mismatch
 //! (another instance applied events meanwhile, e.g. during a rebalance) re-reads and re-folds that
-//! aggregate.
+//! aggregate. A fold with a gap is written only once the [`Guard`] ([`guard`]) says Redis lost nothing.
+//!
+//! Also the positions and healing entries the read model holds itself ([`position`]), the aggregates late
+//! for a gap (`late`), and the repaired write of one aggregate (`repaired`, for [`crate::repair`](mod@crate::repair)).
 
 mod digest;
 mod generation;

@@ -1,5 +1,5 @@
 //! The one write of the store that is not the live path's: an aggregate folded from scratch by a repair
-//! ([`crate::repair`]), written over the stored one with the live path's own write script and the repair's
+//! ([`crate::repair`](mod@crate::repair)), written over the stored one with the live path's own write script and the repair's
 //! token, and the read of the stored state it starts from. Here, beside the script whose arguments only the
 //! store knows; the rest of a repair's Redis side (hold, staging, swap) is the repair's own.
 
