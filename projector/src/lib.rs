@@ -50,6 +50,8 @@ pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as Rebui
 pub use run::{live_instances, Instance, Projector};
 /// The projector's `fetch.wait.max.ms` unless a property says otherwise (for the benchmarks' ceilings).
 pub use source::{Partition, FETCH_WAIT_MAX_MS};
+/// The healing entries of a generation, as projectors mark and read them.
+pub use store::position::{healing as healing_entries, mark_healing, Healing};
 pub use store::{active_generation, delete_generation, generation_keys, Digest, Store};
 
 #[derive(Debug, thiserror::Error)]

@@ -266,3 +266,26 @@ async fn a_lease_found_lapsed_is_lost_for_good_unless_it_may_be_taken_again() {
         assert!(!conn.exists::<_, bool>(&key).await.unwrap(), "released");
     }
 }
+
+/// Two losses, the later one marked while a partition still heals from the earlier: the entry names both,
+/// so the API goes on answering 503 for the earlier loss's slots (a replaced entry narrowed it to the later
+/// loss's, and the organizations of the earlier one were served half healed: 401s and short lists).
+#[tokio::test]
+async fn a_later_loss_marked_on_a_partition_still_healing_keeps_the_earlier_losses_slots() {
+    use shared::loss::Losses;
+    let keys = Keyspace::new(unique("mark"), 1);
+    let mut conn = redis().await;
+    let partition = projector::Partition::new("t-study", 0);
+    let earlier = Losses::parse("flush of 127.0.0.1:7001 (aaa 1) slots=0-5460");
+    let later = Losses::parse("failover to 127.0.0.1:7002 (bbb) slots=10923-16383");
+    for (target, losses) in [(10, &earlier), (20, &later), (30, &later)] {
+        let healing = projector::Healing { target, losses: losses.clone() };
+        let entries = std::collections::HashMap::from([(partition.clone(), healing)]);
+        projector::mark_healing(&mut conn, &keys, &entries).await.unwrap();
+    }
+    let entry = &projector::healing_entries(&mut conn, &keys).await.unwrap()[&partition];
+    assert_eq!(entry.target, 30, "the latest target");
+    let scope = entry.losses.scope();
+    assert!(scope.contains(100) && scope.contains(16000) && !scope.contains(6000), "{}", entry.losses);
+    assert_eq!(entry.losses.0.len(), 2, "each loss named once: {}", entry.losses);
+}

@@ -39,6 +39,47 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL'
 return 0
 ";
 
+/// Sets healing entries (ARGV: field, target or empty, losses; again for each), keeping the losses of an
+/// entry it replaces that the new one does not name: a later loss never narrows what is still being
+/// projected again (the API serves the slots outside the losses of the entries left).
+const MARK: &str = r"
+for i = 1, #ARGV, 3 do
+  local field, target, losses = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local old = redis.call('HGET', KEYS[1], field)
+  if old then
+    local named = {}
+    for loss in string.gmatch(losses .. '; ', '(.-); ') do named[loss] = true end
+    for loss in string.gmatch((string.match(old, '^%d+ (.*)$') or old) .. '; ', '(.-); ') do
+      if not named[loss] then
+        losses = losses .. '; ' .. loss
+        named[loss] = true
+      end
+    end
+  end
+  if target == '' then
+    redis.call('HSET', KEYS[1], field, losses)
+  else
+    redis.call('HSET', KEYS[1], field, target .. ' ' .. losses)
+  end
+end
+return 1
+";
+
+/// Writes healing entries through [`MARK`]: (field, target, losses).
+async fn mark(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    entries: &[(String, Option<i64>, &Losses)],
+) -> redis::RedisResult<()> {
+    let script = Script::new(MARK);
+    let mut invocation = script.key(keys.healing());
+    for (field, target, losses) in entries {
+        invocation.arg(field).arg(target.map(|t| t.to_string()).unwrap_or_default()).arg(losses.to_string());
+    }
+    let _: Value = invocation.invoke_async(conn).await?;
+    Ok(())
+}
+
 /// The key holding the positions on `node`.
 pub fn key_on(keys: &Keyspace, node: &Node) -> String {
     keys.position(&position_tag(&node.slots).unwrap_or_else(|| "position-0".into()))
@@ -146,10 +187,7 @@ const WHOLE: &str = "*";
 
 /// Marks the whole generation as incomplete (see [`crate::heal`]): the API answers 503 from now.
 pub async fn mark_incomplete(conn: &mut Connection, keys: &Keyspace, losses: &Losses) -> redis::RedisResult<()> {
-    let mut set = redis::cmd("HSET");
-    set.arg(keys.healing()).arg(WHOLE).arg(HealingEntry { target: None, losses: losses.clone() }.encode());
-    conn.query_all(&[set]).await?;
-    Ok(())
+    mark(conn, keys, &[(WHOLE.to_string(), None, losses)]).await
 }
 
 /// Ends the entry of the whole generation, once every partition has an entry of its own.
@@ -160,7 +198,8 @@ pub async fn end_incomplete(conn: &mut Connection, keys: &Keyspace) -> redis::Re
     Ok(())
 }
 
-/// Marks `entries` as being projected again (replacing older entries of the same partitions).
+/// Marks `entries` as being projected again: an older entry of the same partition is replaced, its losses
+/// kept (see [`MARK`]).
 pub async fn mark_healing(
     conn: &mut Connection,
     keys: &Keyspace,
@@ -169,13 +208,8 @@ pub async fn mark_healing(
     if entries.is_empty() {
         return Ok(());
     }
-    let mut set = redis::cmd("HSET");
-    set.arg(keys.healing());
-    for (p, healing) in entries {
-        set.arg(p.to_string()).arg(healing.encode());
-    }
-    conn.query_all(&[set]).await?;
-    Ok(())
+    let fields: Vec<_> = entries.iter().map(|(p, h)| (p.to_string(), Some(h.target), &h.losses)).collect();
+    mark(conn, keys, &fields).await
 }
 
 /// The generation's healing entries.
