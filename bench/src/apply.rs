@@ -5,7 +5,8 @@
 use anyhow::{bail, Result};
 use projector::batch::{project, Record};
 use projector::{Metrics, Outcome, Store};
-use shared::connection::{Connection, Settings, Target};
+use shared::connection::{Connection, Settings};
+use shared::redis_url::Target;
 use shared::{Keyspace, Topic};
 
 use crate::stream::Message;

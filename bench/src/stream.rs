@@ -93,7 +93,7 @@ fn sentence(rng: &mut Rng, words: u64) -> String {
 fn api_keys(rng: &mut Rng, org: &str, out: &mut Vec<History>) {
     for k in 0..2 {
         let mut b = Builder::new(Topic::ApiKey, org, format!("{org}-key{k}"), 0);
-        let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(format!("{org}-secret{k}").as_bytes()));
+        let sha = shared::keys::key_sha256(&format!("{org}-secret{k}"));
         b.push(rng, "api_key.created", json!({"name": format!("key {k}"), "keySha256": sha}));
         out.push(b.history);
     }
@@ -240,7 +240,7 @@ pub fn api_dataset(org: &str, secret: &str, studies: usize, interviews: usize) -
     let mut rng = Rng::new(42);
     let mut histories = Vec::new();
     let mut key = Builder::new(Topic::ApiKey, org, format!("{org}-key"), 0);
-    let sha = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(secret.as_bytes()));
+    let sha = shared::keys::key_sha256(secret);
     key.push(&mut rng, "api_key.created", json!({"name": "benchmark", "keySha256": sha}));
     histories.push(key.history);
     for s in 0..studies {

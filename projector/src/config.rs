@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use clap::Parser;
-use shared::connection::{Settings, Target};
-use shared::redis_tls::{Tls, TlsOptions};
-use shared::redis_url::RedisUrl;
+use shared::connection::Settings;
+use shared::redis_options::RedisOptions;
+use shared::redis_tls::Tls;
 use shared::Topic;
 
 #[derive(Debug, Clone, Parser)]
@@ -43,22 +43,8 @@ pub struct Config {
     #[arg(long, env = "API_KEY_TOPIC", default_value = "api-key-events")]
     pub api_key_topic: String,
 
-    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0, or rediss://user:password@host:port for
-    /// TLS and a Redis user; with --redis-cluster, the comma-separated URLs of some nodes of the cluster.
-    /// Shown and logged without its password.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
-    pub redis_url: RedisUrl,
-
     #[command(flatten)]
-    pub redis_tls: TlsOptions,
-
-    /// The read model is a Redis Cluster, reached through the nodes in REDIS_URL.
-    #[arg(long, env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub redis_cluster: bool,
-
-    /// Prefix of every read-model key (no braces); lets several read models share one Redis.
-    #[arg(long, env = "KEY_PREFIX", default_value = "rm")]
-    pub key_prefix: String,
+    pub redis: RedisOptions,
 
     /// Generation to write; by default the active one (1 on a new Redis).
     #[arg(long, env = "PROJECTOR_GENERATION")]
@@ -73,11 +59,6 @@ pub struct Config {
     /// client fetches ahead).
     #[arg(long, env = "BATCH_LINGER_MS", default_value_t = 0)]
     pub batch_linger_ms: u64,
-
-    /// Timeout of each Redis call, in milliseconds; a call that times out is retried with backoff. It also
-    /// bounds how long a call stuck on a primary that died delays the look that sees the failover.
-    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
-    pub redis_timeout_ms: u64,
 
     /// Address of the HTTP server of /metrics, /livez and /readyz; `off` to run none.
     #[arg(long, env = "PROJECTOR_HTTP_ADDR", default_value = "127.0.0.1:9464")]
@@ -119,9 +100,7 @@ pub use shared::process::{LogFormat, OptionalAddr};
 impl Config {
     /// Refuses settings that would break the read model's key layout.
     pub fn validate(&self) -> Result<(), crate::Error> {
-        if self.key_prefix.contains(['{', '}']) {
-            return Err(crate::Error::Config("KEY_PREFIX must not contain braces".into()));
-        }
+        self.redis.validate().map_err(crate::Error::Config)?;
         if !(self.dead_letter_limit_ratio > 0.0 && self.dead_letter_limit_ratio <= 1.0) {
             return Err(crate::Error::Config("DEAD_LETTER_LIMIT_RATIO must be above 0 and at most 1".into()));
         }
@@ -169,22 +148,13 @@ impl Config {
         Duration::from_millis(self.batch_linger_ms)
     }
 
-    pub fn redis_timeout(&self) -> Duration {
-        Duration::from_millis(self.redis_timeout_ms)
-    }
-
-    /// The Redis server or cluster of the read model.
-    pub fn redis_target(&self) -> Target {
-        Target::new(self.redis_url.expose(), self.redis_cluster)
-    }
-
     /// The certificates a rediss:// connection trusts and presents, read from their files.
     pub fn redis_tls(&self) -> Result<Tls, crate::Error> {
-        self.redis_tls.load(&self.redis_target()).map_err(crate::Error::RedisTls)
+        self.redis.tls.load(&self.redis.target()).map_err(crate::Error::RedisTls)
     }
 
     pub fn redis_settings(&self) -> Settings {
-        Settings { timeout: self.redis_timeout(), cluster_retries: 12 }
+        Settings { timeout: self.redis.timeout(), cluster_retries: 12 }
     }
 
     pub fn stall_after(&self) -> Duration {

@@ -4,9 +4,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Parser;
-use shared::connection::Target;
-use shared::redis_tls::TlsOptions;
-use shared::redis_url::RedisUrl;
+use shared::redis_options::RedisOptions;
 
 #[derive(Debug, Clone, Parser)]
 #[command(name = "query-api", version, about = "Serves completed studies and interviews from the Redis read model.")]
@@ -20,26 +18,8 @@ pub struct Config {
     #[arg(long, env = "ADMIN_ADDR", default_value = "127.0.0.1:9465")]
     pub admin_addr: OptionalAddr,
 
-    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0, or rediss://user:password@host:port for
-    /// TLS and a Redis user; with --redis-cluster, the comma-separated URLs of some nodes of the cluster.
-    /// Shown and logged without its password.
-    #[arg(long, env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
-    pub redis_url: RedisUrl,
-
     #[command(flatten)]
-    pub redis_tls: TlsOptions,
-
-    /// The read model is a Redis Cluster, reached through the nodes in REDIS_URL.
-    #[arg(long, env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-    pub redis_cluster: bool,
-
-    /// Prefix of every read-model key (no braces); the same as the projector's.
-    #[arg(long, env = "KEY_PREFIX", default_value = "rm")]
-    pub key_prefix: String,
-
-    /// Timeout of each Redis call, in milliseconds; past it the request fails with 503.
-    #[arg(long, env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
-    pub redis_timeout_ms: u64,
+    pub redis: RedisOptions,
 
     /// Most requests in flight at once; one more is answered 503 with Retry-After at once, not queued.
     #[arg(long, env = "MAX_CONCURRENT_REQUESTS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..))]
@@ -144,15 +124,7 @@ pub use shared::process::{LogFormat, OptionalAddr};
 impl Config {
     /// Refuses settings that no request could work with, with one line that says what to change.
     pub fn validate(&self) -> Result<(), String> {
-        if self.key_prefix.contains(['{', '}']) {
-            return Err(format!("KEY_PREFIX must not contain braces: {:?}", self.key_prefix));
-        }
-        Ok(())
-    }
-
-    /// The Redis server or cluster of the read model.
-    pub fn redis_target(&self) -> Target {
-        Target::new(self.redis_url.expose(), self.redis_cluster)
+        self.redis.validate()
     }
 
     pub fn header_read_timeout(&self) -> Duration {
@@ -161,10 +133,6 @@ impl Config {
 
     pub fn request_timeout(&self) -> Duration {
         Duration::from_millis(self.request_timeout_ms)
-    }
-
-    pub fn redis_timeout(&self) -> Duration {
-        Duration::from_millis(self.redis_timeout_ms)
     }
 
     pub fn shutdown_drain(&self) -> Duration {
@@ -214,12 +182,12 @@ mod tests {
             "--redis-client-key-file",
             "/etc/redis/client.key",
         ]);
-        assert_eq!(config.redis_url.expose(), "rediss://query-api:hunter2@redis.example:6380");
-        assert_eq!(config.redis_tls.ca_file.as_deref(), Some(std::path::Path::new("/etc/redis/ca.pem")));
-        assert!(config.redis_tls.client_cert_file.is_some() && config.redis_tls.client_key_file.is_some());
-        let shown = format!("{config:?} {:?}", config.redis_target());
+        assert_eq!(config.redis.url.expose(), "rediss://query-api:hunter2@redis.example:6380");
+        assert_eq!(config.redis.tls.ca_file.as_deref(), Some(std::path::Path::new("/etc/redis/ca.pem")));
+        assert!(config.redis.tls.client_cert_file.is_some() && config.redis.tls.client_key_file.is_some());
+        let shown = format!("{config:?} {:?}", config.redis.target());
         assert!(!shown.contains("hunter2") && shown.contains("query-api:***@redis.example"), "{shown}");
         let plain = Config::parse_from(["query-api"]);
-        assert!(plain.redis_tls.ca_file.is_none(), "the system's roots unless a CA is given");
+        assert!(plain.redis.tls.ca_file.is_none(), "the system's roots unless a CA is given");
     }
 }

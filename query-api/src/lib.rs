@@ -43,12 +43,12 @@ mod state;
 
 use tokio::net::TcpListener;
 
-pub use auth::credential::key_sha256;
 pub use config::Config;
 /// The video-link signer, for its benchmark.
 pub use links::sigv4;
 /// The read model's scripts, for the benchmarks that load them.
 pub use read::scripts::{INTERVIEWS_PAGE, ONE_INTERVIEW, STUDIES_PAGE};
+pub use shared::keys::key_sha256;
 
 use edge::tasks::Tasks;
 use state::AppState;
@@ -62,8 +62,8 @@ pub async fn run(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     config.validate().map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
-    let target = config.redis_target();
-    let tls = config.redis_tls.load(&target).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+    let target = config.redis.target();
+    let tls = config.redis.tls.load(&target).map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
     let links = links::Presigner::from_config(&config).await;
     let state = AppState::new(&config, tls, links)?;
     // The first connection is made beside the server, so that a Redis that is away or hangs delays nothing
@@ -110,7 +110,7 @@ pub async fn run(
         });
     }
     tasks.spawn(state.clone().prune_rate_limit(std::time::Duration::from_secs(10)));
-    tracing::info!(addr = %listener.local_addr()?, prefix = %config.key_prefix, "query API listening");
+    tracing::info!(addr = %listener.local_addr()?, prefix = %config.redis.key_prefix, "query API listening");
     if let Some(admin) = admin {
         tracing::info!(addr = %admin.local_addr()?, "admin listener: /metrics, /readyz, /livez");
         let app = edge::admin_app(state.clone());

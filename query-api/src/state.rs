@@ -59,15 +59,15 @@ impl Deref for AppState {
 
 impl AppState {
     pub fn new(config: &Config, tls: Tls, links: Option<Presigner>) -> Result<Self, redis::RedisError> {
-        let model = ReadModel::new(config.redis_target(), tls.clone(), config.redis_timeout())?;
+        let model = ReadModel::new(config.redis.target(), tls.clone(), config.redis.timeout())?;
         let metrics = Arc::new(Metrics::default());
         let budget = config.read_cache_mb as usize * 1024 * 1024;
         let capacity = Capacity { keys: config.api_key_cache_size, orgs: budget / ORG_SHARE };
         let tracker = Tracker::new(
-            config.redis_target(),
+            config.redis.target(),
             tls,
-            config.redis_timeout(),
-            &config.key_prefix,
+            config.redis.timeout(),
+            &config.redis.key_prefix,
             capacity,
             metrics.clone(),
         );
@@ -84,7 +84,7 @@ impl AppState {
         let reads = Reads::new(model.clone(), read_cache, tracker.clone(), max_page, metrics.clone());
         Ok(Self(Arc::new(Parts {
             model,
-            generation: Generation::new(&config.key_prefix),
+            generation: Generation::new(&config.redis.key_prefix),
             auth,
             reads,
             links: links.map(Arc::new),

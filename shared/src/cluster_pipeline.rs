@@ -18,6 +18,7 @@ use redis::{
     AsyncConnectionConfig, Cmd, ConnectionAddr, ConnectionInfo, IntoConnectionInfo, RedisResult, ServerErrorKind, Value,
 };
 
+use crate::cluster_nodes;
 use crate::redis_tls::Tls;
 
 /// How many times a command may be redirected or told to try again before the batch fails (the caller
@@ -52,33 +53,6 @@ pub fn client(info: ConnectionInfo, tls: &Tls) -> RedisResult<redis::Client> {
     }
 }
 
-/// The primaries in a `CLUSTER SLOTS` reply, each with the slot ranges it serves, in the reply's order.
-pub fn primaries(reply: &Value) -> Vec<(String, Vec<(u16, u16)>)> {
-    let mut found: Vec<(String, Vec<(u16, u16)>)> = Vec::new();
-    let Value::Array(ranges) = reply else { return found };
-    for range in ranges {
-        let Value::Array(parts) = range else { continue };
-        let (Some(Value::Int(low)), Some(Value::Int(high)), Some(Value::Array(primary))) =
-            (parts.first(), parts.get(1), parts.get(2))
-        else {
-            continue;
-        };
-        let host = match primary.first() {
-            Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
-            Some(Value::SimpleString(host)) => host.clone(),
-            _ => continue,
-        };
-        let Some(Value::Int(port)) = primary.get(1) else { continue };
-        let address = format!("{host}:{port}");
-        let range = (*low as u16, *high as u16);
-        match found.iter_mut().find(|(a, _)| *a == address) {
-            Some((_, ranges)) => ranges.push(range),
-            None => found.push((address, vec![range])),
-        }
-    }
-    found
-}
-
 /// Which primary serves each slot, as `CLUSTER SLOTS` last said.
 #[derive(Default)]
 struct SlotMap {
@@ -90,10 +64,10 @@ struct SlotMap {
 impl SlotMap {
     fn of(reply: &Value) -> Self {
         let mut map = Self { addresses: Vec::new(), owners: vec![u16::MAX; 16384] };
-        for (address, ranges) in primaries(reply) {
+        for primary in cluster_nodes::serving(reply) {
             let index = map.addresses.len() as u16;
-            map.addresses.push(address);
-            for (low, high) in ranges {
+            map.addresses.push(primary.address());
+            for (low, high) in primary.slots {
                 for slot in low..=high.min(16383) {
                     map.owners[slot as usize] = index;
                 }
@@ -304,30 +278,6 @@ fn slot_of(cmd: &Cmd) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn range(low: i64, high: i64, host: &str, port: i64) -> Value {
-        let primary =
-            Value::Array(vec![Value::BulkString(host.into()), Value::Int(port), Value::BulkString(b"id".to_vec())]);
-        let replica = Value::Array(vec![Value::BulkString(b"10.0.0.9".to_vec()), Value::Int(7009)]);
-        Value::Array(vec![Value::Int(low), Value::Int(high), primary, replica])
-    }
-
-    #[test]
-    fn cluster_slots_name_each_primary_once_with_all_its_ranges_and_no_replica() {
-        let reply = Value::Array(vec![
-            range(0, 5460, "10.0.0.1", 7001),
-            range(5461, 10922, "10.0.0.2", 7002),
-            range(10923, 16383, "10.0.0.1", 7001),
-        ]);
-        assert_eq!(
-            primaries(&reply),
-            vec![
-                ("10.0.0.1:7001".to_string(), vec![(0, 5460), (10923, 16383)]),
-                ("10.0.0.2:7002".to_string(), vec![(5461, 10922)]),
-            ]
-        );
-        assert!(primaries(&Value::Nil).is_empty());
-    }
 
     #[test]
     fn a_command_goes_to_the_slot_of_its_first_key_a_script_to_that_of_its_first_declared_key() {

@@ -5,7 +5,6 @@
 //! and a SCAN that must visit every primary ([`Connection::scan`]). `rediss://` URLs trust and present what
 //! [`crate::redis_tls`] read from the TLS options.
 
-use std::fmt;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -18,51 +17,7 @@ use redis::{Cmd, Pipeline, RedisFuture, RedisResult, Value};
 use crate::cluster_nodes::{self, Primary};
 use crate::cluster_pipeline::Pipelines;
 use crate::redis_tls::{self, Tls};
-use crate::redis_url::redact;
-
-/// Where the read model lives: one server, or a cluster given by seed nodes. Shown (`Debug`, `Display`)
-/// without the passwords of its URLs.
-#[derive(Clone, PartialEq, Eq)]
-pub enum Target {
-    Single(String),
-    Cluster(Vec<String>),
-}
-
-impl Target {
-    /// `urls` is one Redis URL, or with `cluster` a comma-separated list of some nodes of the cluster.
-    pub fn new(urls: &str, cluster: bool) -> Self {
-        if cluster {
-            Target::Cluster(urls.split(',').map(str::trim).filter(|u| !u.is_empty()).map(String::from).collect())
-        } else {
-            Target::Single(urls.trim().to_string())
-        }
-    }
-
-    /// Its URLs: the one server's, or every seed's.
-    pub fn urls(&self) -> &[String] {
-        match self {
-            Target::Single(url) => std::slice::from_ref(url),
-            Target::Cluster(seeds) => seeds,
-        }
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let urls: Vec<String> = self.urls().iter().map(|url| redact(url)).collect();
-        f.write_str(&urls.join(","))
-    }
-}
-
-impl fmt::Debug for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let urls: Vec<String> = self.urls().iter().map(|url| redact(url)).collect();
-        match self {
-            Target::Single(_) => f.debug_tuple("Single").field(&urls[0]).finish(),
-            Target::Cluster(_) => f.debug_tuple("Cluster").field(&urls).finish(),
-        }
-    }
-}
+use crate::redis_url::Target;
 
 /// Timeouts and retries of a connection.
 #[derive(Debug, Clone, Copy)]

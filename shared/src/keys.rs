@@ -279,6 +279,18 @@ fn escape(id: &str) -> String {
     out
 }
 
+/// The SHA-256 of an API key's UTF-8 bytes: what the per-key rate limit counts by.
+pub fn key_digest(key: &str) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(key.as_bytes()).into()
+}
+
+/// The lowercase hex SHA-256 of an API key's UTF-8 bytes: how `api_key.created` carries a key, and how
+/// the key index ([`Keyspace::api_key_sha`]) names it.
+pub fn key_sha256(key: &str) -> String {
+    hex::encode(key_digest(key))
+}
+
 /// The Redis Cluster slot of `key` (CRC16 of its hash tag, modulo 16384).
 pub fn slot(key: &str) -> u16 {
     crc16::State::<crc16::XMODEM>::calculate(hash_tag(key).as_bytes()) % 16384
@@ -307,6 +319,12 @@ pub fn hash_tag(key: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_is_named_by_the_lowercase_hex_sha256_of_its_bytes() {
+        assert_eq!(key_sha256("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+        assert_eq!(hex::encode(key_digest("abc")), key_sha256("abc"));
+    }
 
     #[test]
     fn every_key_of_an_organization_shares_its_hash_tag() {

@@ -12,8 +12,10 @@
 //!   back) and [`scope`] (which slots it touched).
 //! - Redis for both binaries (feature `connection`): `connection` (one server or a cluster),
 //!   `cluster_pipeline` (a batch as one pipeline per primary), [`cluster_nodes`] (the topology),
-//!   `redis_tls` (`rediss://` and the refusals no retry cures), [`redis_url`] (URLs shown without their
-//!   password), `lease` (a token with a TTL its holder renews: the rebuild lock, a repair's hold and lease).
+//!   `redis_options` (the options both binaries flatten into their configuration), `redis_tls`
+//!   (`rediss://` and the refusals no retry cures), [`redis_url`] (the configured `Target`, and URLs
+//!   shown without their password), `lease` (a token with a TTL its holder renews: the rebuild lock, a
+//!   repair's hold and lease).
 //! - Background tasks (feature `task`, which `connection` brings): `task` (a spawned task aborted when
 //!   its guard drops: a lease's renewal, the projector's memory gauges, the query API's refresh).
 //! - Around `run()` (feature `process`): `process` (logging, traces, shutdown); and [`log_every`] (a
@@ -34,6 +36,8 @@ pub mod loss;
 #[cfg(feature = "process")]
 pub mod process;
 pub mod projectors;
+#[cfg(feature = "connection")]
+pub mod redis_options;
 #[cfg(feature = "connection")]
 pub mod redis_tls;
 pub mod redis_url;

@@ -11,8 +11,8 @@ use redis::{ClientTlsConfig, TlsCertificates};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::connection::Target;
 use crate::redis_url::redact;
+use crate::redis_url::Target;
 
 /// What a `rediss://` connection trusts and presents, as files. None of them set: the system's roots,
 /// and no client certificate.

@@ -1,10 +1,55 @@
 //! Redis URLs carry the password of the Redis user (`rediss://user:password@host:port`). This module is
 //! the one place that writes such a URL for people to read, with the password replaced by `***`, so that
-//! no log line, error message or `Debug` print of a configuration shows it.
+//! no log line, error message or `Debug` print of a configuration shows it. It also holds [`Target`], the
+//! read model's URLs as both binaries are configured with them.
 
 use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;
+
+/// Where the read model lives: one server, or a cluster given by seed nodes. Shown (`Debug`, `Display`)
+/// without the passwords of its URLs.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Target {
+    Single(String),
+    Cluster(Vec<String>),
+}
+
+impl Target {
+    /// `urls` is one Redis URL, or with `cluster` a comma-separated list of some nodes of the cluster.
+    pub fn new(urls: &str, cluster: bool) -> Self {
+        if cluster {
+            Target::Cluster(urls.split(',').map(str::trim).filter(|u| !u.is_empty()).map(String::from).collect())
+        } else {
+            Target::Single(urls.trim().to_string())
+        }
+    }
+
+    /// Its URLs: the one server's, or every seed's.
+    pub fn urls(&self) -> &[String] {
+        match self {
+            Target::Single(url) => std::slice::from_ref(url),
+            Target::Cluster(seeds) => seeds,
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<String> = self.urls().iter().map(|url| redact(url)).collect();
+        f.write_str(&urls.join(","))
+    }
+}
+
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let urls: Vec<String> = self.urls().iter().map(|url| redact(url)).collect();
+        match self {
+            Target::Single(_) => f.debug_tuple("Single").field(&urls[0]).finish(),
+            Target::Cluster(_) => f.debug_tuple("Cluster").field(&urls).finish(),
+        }
+    }
+}
 
 /// A configured Redis URL (or, for a cluster, comma-separated URLs of some of its nodes). `Debug` and
 /// `Display` show it without its password; only [`RedisUrl::expose`] gives the URL itself.

@@ -47,8 +47,5 @@ pub fn raw(topic: Topic, key: &str, value: &str) -> Outgoing {
     Outgoing { topic, key: key.to_string(), value: value.as_bytes().to_vec() }
 }
 
-/// The lowercase hex SHA-256 of an API key, as `api_key.created` carries it.
-pub fn sha256_hex(key: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(key.as_bytes()).iter().map(|b| format!("{b:02x}")).collect()
-}
+/// The lowercase hex SHA-256 of an API key, as `api_key.created` carries it (also a digest of any text).
+pub use shared::keys::key_sha256;

@@ -7,11 +7,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use shared::connection::{Connection, Settings, Target};
+use shared::connection::{Connection, Settings};
+use shared::redis_url::Target;
 use shared::Keyspace;
 
 use crate::api::{self, TestApp};
-use crate::events::sha256_hex;
+use crate::events::key_sha256;
 use crate::kafka::Topics;
 use crate::metrics::sample;
 use crate::runner::{self, Running};
@@ -48,13 +49,13 @@ impl Healing {
     ) -> Self {
         let prefix = prefix.to_string();
         let mut config = runner::config(topics, &prefix, &unique("g"));
-        config.redis_url = redis_url.into();
-        config.redis_cluster = cluster;
-        config.redis_timeout_ms = 1000;
+        config.redis.url = redis_url.into();
+        config.redis.cluster = cluster;
+        config.redis.timeout_ms = 1000;
         configure(&mut config);
         let projector = spawn(&config).await;
         let mut api = api::config(&prefix, redis_url);
-        api.redis_cluster = cluster;
+        api.redis.cluster = cluster;
         let app = api::spawn_app(api).await;
         let target = Target::new(redis_url, cluster);
         let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
@@ -190,7 +191,7 @@ impl Prober {
         for org in scenario.organizations() {
             let expected = scenario.expected(&org);
             let secret =
-                (0..3).map(|k| format!("{org}-secret{k}")).find(|s| expected.live_keys.contains(&sha256_hex(s)));
+                (0..3).map(|k| format!("{org}-secret{k}")).find(|s| expected.live_keys.contains(&key_sha256(s)));
             if let Some(secret) = secret {
                 targets.push((org, secret, expected.studies.len() as u64));
             }

@@ -4,7 +4,7 @@
 use serde_json::{json, Value};
 use shared::Topic;
 
-use crate::events::{event, sha256_hex, Outgoing};
+use crate::events::{event, key_sha256, Outgoing};
 
 pub const ACME: &str = "org_acme";
 pub const GLOBEX: &str = "org_globex";
@@ -54,7 +54,7 @@ const KEY_CREATED_AT: &str = "2026-01-01T00:00:00Z";
 
 /// The data of an `api_key.created` event for `secret`.
 fn key_data(secret: &str) -> Value {
-    json!({"name": "integration", "keySha256": sha256_hex(secret)})
+    json!({"name": "integration", "keySha256": key_sha256(secret)})
 }
 
 pub fn key(org: &str, id: &str, secret: &str) -> Aggregate {

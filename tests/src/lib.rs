@@ -29,7 +29,8 @@ pub mod stall;
 use std::future::Future;
 use std::time::Duration;
 
-use shared::connection::{Connection, Settings, Target};
+use shared::connection::{Connection, Settings};
+use shared::redis_url::Target;
 use tokio::time::Instant;
 
 /// An environment variable the stack sets, with a message that says how to get it.

@@ -6,8 +6,9 @@
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use shared::connection::{Connection, Settings, Target};
+use shared::connection::{Connection, Settings};
 use shared::redis_tls::TlsOptions;
+use shared::redis_url::Target;
 
 use crate::kafka::Topics;
 use crate::runner::{self, output_within, KillOnDrop};

@@ -139,7 +139,7 @@ async fn only_the_flushed_primarys_organizations_wait(info: bool) {
         cluster.urls().replace("redis://", "redis://no-info:no-info-password@")
     };
     let mut world = Healing::start_configured(&prefix, &topics, &cluster.urls(), true, |projector| {
-        projector.redis_url = projector_urls.into();
+        projector.redis.url = projector_urls.into();
     })
     .await;
     world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;

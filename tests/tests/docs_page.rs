@@ -44,7 +44,7 @@ fn chromium(url: &str, args: &[&str]) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_reference_page_renders_every_operation_and_both_authentication_schemes_in_chromium() {
     let mut api = config(&unique("docs"), &env("REDIS_URL"));
-    api.redis_cluster = redis_cluster();
+    api.redis.cluster = redis_cluster();
     let app = spawn_app(api).await;
     let url = format!("{}/v1/docs", app.address);
     let page = app.get("/v1/docs", None).await;

@@ -3,7 +3,7 @@
 //! that stops reading while the API stops.
 
 use end_to_end::api::{config, spawn_app, World};
-use end_to_end::events::sha256_hex;
+use end_to_end::events::key_sha256;
 use end_to_end::fixture::{self, interview, ACME, ACME_KEY};
 use end_to_end::metrics::sample;
 use end_to_end::own_redis::OwnRedis;
@@ -82,12 +82,12 @@ async fn an_api_started_while_redis_is_down_answers_503_and_then_serves_the_real
     .await;
     let _: () = conn.set(Keyspace::active_generation(&prefix), 2).await.unwrap();
     let _: () =
-        conn.hset_multiple(keys.api_key_sha(&sha256_hex(secret)), &[("org", "org"), ("key", "k")]).await.unwrap();
+        conn.hset_multiple(keys.api_key_sha(&key_sha256(secret)), &[("org", "org"), ("key", "k")]).await.unwrap();
     redis.stop();
 
     let mut api = config(&prefix, &redis.url());
     // A single Redis of the test's own, also in the pass that sets REDIS_CLUSTER for the stack's cluster.
-    (api.redis_cluster, api.generation_refresh_ms) = (false, 3_600_000);
+    (api.redis.cluster, api.generation_refresh_ms) = (false, 3_600_000);
     let app = spawn_app(api).await;
     let response = app.get("/v1/studies", Some(secret)).await;
     assert_eq!(response.status(), 503, "Redis is away");
@@ -125,7 +125,7 @@ async fn error_of(response: reqwest::Response) -> (u16, Option<String>, String) 
 async fn a_request_that_outlives_its_timeout_is_answered_503_with_retry_after_and_counted() {
     let (hanging, _hole) = black_hole().await;
     let mut api = config(&unique("slow"), &hanging);
-    (api.redis_timeout_ms, api.request_timeout_ms) = (30_000, 300);
+    (api.redis.timeout_ms, api.request_timeout_ms) = (30_000, 300);
     let app = spawn_app(api).await;
     let started = std::time::Instant::now();
     let (status, retry, _) = error_of(app.get("/v1/studies", Some("some-key")).await).await;
@@ -144,7 +144,7 @@ async fn a_request_that_outlives_its_timeout_is_answered_503_with_retry_after_an
 async fn past_the_concurrency_cap_a_request_is_shed_at_once_with_503_not_queued_counted_and_livez_still_answers() {
     let (hanging, _hole) = black_hole().await;
     let mut api = config(&unique("busy"), &hanging);
-    (api.redis_timeout_ms, api.request_timeout_ms, api.max_concurrent_requests) = (30_000, 20_000, 1);
+    (api.redis.timeout_ms, api.request_timeout_ms, api.max_concurrent_requests) = (30_000, 20_000, 1);
     let app = std::sync::Arc::new(spawn_app(api).await);
     // The holder waits on the hanging Redis; shed itself when a probe below had the slot for a moment, it
     // asks again. Another route than the one whose sheds are counted below.

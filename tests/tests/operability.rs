@@ -36,8 +36,8 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
     ];
     let topics = Topics::holding(&messages).await;
     let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
-    config.redis_url = redis.url().into();
-    config.redis_cluster = false;
+    config.redis.url = redis.url().into();
+    config.redis.cluster = false;
     config.http_addr = "127.0.0.1:0".parse().unwrap();
     config.stall_after_secs = 1;
     let running = runner::spawn(config).await;

@@ -59,13 +59,13 @@ async fn a_thousand_readiness_probes_send_no_command_to_redis() {
     let topics = Topics::holding(&messages).await;
     let prefix = unique("probe");
     let mut projector = runner::config(&topics, &prefix, &unique("g"));
-    projector.redis_url = redis.url().into();
-    projector.redis_cluster = false;
+    projector.redis.url = redis.url().into();
+    projector.redis.cluster = false;
     runner::build(projector, messages.len() as u64, WAIT).await;
 
     // An API that refreshes once at its start and then not for an hour: what remains is the probes.
     let mut api = config(&prefix, &redis.url());
-    api.redis_cluster = false;
+    api.redis.cluster = false;
     api.generation_refresh_ms = 3_600_000;
     // Nothing kept in memory: no connection on which Redis pushes changes, probed ten times a second
     // (what an idle instance costs with them is `pushed.rs`'s).

@@ -228,12 +228,12 @@ async fn on_own_redis(redis: &OwnRedis) -> (kafka::Topics, String, runner::Runni
     let topics = kafka::Topics::holding(&messages).await;
     let prefix = unique("pushed");
     let mut projector = runner::config(&topics, &prefix, &unique("g"));
-    projector.redis_url = redis.url().into();
-    projector.redis_cluster = false;
+    projector.redis.url = redis.url().into();
+    projector.redis.cluster = false;
     let projector = runner::spawn(projector).await;
     projector.wait_until_consumed(messages.len() as u64, Duration::from_secs(60)).await;
     let mut api = config(&prefix, &redis.url());
-    api.redis_cluster = false;
+    api.redis.cluster = false;
     api.generation_refresh_ms = 60_000;
     let app = spawn_app(api).await;
     eventually(Duration::from_secs(30), "the study answered from memory", || async {
@@ -250,7 +250,7 @@ async fn when_the_push_connection_is_cut_a_change_is_still_served_at_once_and_ke
     let redis = OwnRedis::start();
     let (topics, prefix, _projector, app) = on_own_redis(&redis).await;
     let keys = Keyspace::new(prefix, 1);
-    let target = shared::connection::Target::Single(redis.url());
+    let target = shared::redis_url::Target::Single(redis.url());
     let settings = shared::connection::Settings { timeout: Duration::from_secs(5), cluster_retries: 0 };
     let conn = shared::connection::Connection::connect(&target, settings).await.unwrap();
     let producer = kafka::producer();
@@ -384,16 +384,16 @@ async fn an_idle_instance_costs_redis_as_few_commands_with_two_thousand_organiza
     let topics = kafka::Topics::holding(&messages).await;
     let prefix = unique("idle");
     let mut projector = runner::config(&topics, &prefix, &unique("g"));
-    projector.redis_url = redis.url().into();
-    projector.redis_cluster = false;
+    projector.redis.url = redis.url().into();
+    projector.redis.cluster = false;
     runner::build(projector, messages.len() as u64, Duration::from_secs(120)).await;
     // As deployed: the generation read four times a second.
     let mut api = config(&prefix, &redis.url());
-    api.redis_cluster = false;
+    api.redis.cluster = false;
     api.generation_refresh_ms = 250;
     // What is counted is the commands of an idle instance, not how fast 4,000 first reads are answered: a
     // debug build beside other tests on two cores once took past the tests' 500 ms for one of them (a 503).
-    api.redis_timeout_ms = 5_000;
+    api.redis.timeout_ms = 5_000;
     let app = spawn_app(api).await;
     let keep = |count: usize| {
         let app = &app;

@@ -6,8 +6,9 @@ use std::time::Duration;
 use end_to_end::own_redis::OwnRedis;
 use end_to_end::{eventually, redis, runner, unique};
 use redis::AsyncCommands;
-use shared::connection::{Connection, Settings, Target};
+use shared::connection::{Connection, Settings};
 use shared::lease::{Lease, OnLapse};
+use shared::redis_url::Target;
 use shared::Keyspace;
 
 /// The projector's write script, run as the projector runs it, for an outcome folded from `expected`.

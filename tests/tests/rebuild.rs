@@ -187,7 +187,7 @@ async fn a_rebuild_deletes_the_old_generation_even_when_redis_stalls_after_the_s
     let topics = Topics::holding(&messages).await;
     let prefix = end_to_end::unique("rb-stall");
     let mut config = runner::config(&topics, &prefix, &end_to_end::unique("g"));
-    (config.redis_url, config.redis_cluster, config.redis_timeout_ms) = (redis.url().into(), false, 200);
+    (config.redis.url, config.redis.cluster, config.redis.timeout_ms) = (redis.url().into(), false, 200);
     runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
     let mut conn = ::redis::Client::open(redis.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let generation_1 = Keyspace::new(prefix.clone(), 1);

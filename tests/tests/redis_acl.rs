@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use end_to_end::api::World;
-use end_to_end::events::{event, sha256_hex, Outgoing};
+use end_to_end::events::{event, key_sha256, Outgoing};
 use end_to_end::fixture::{self, ACME, ACME_KEY};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::rediss::{admin, connect_as, prefix, projector_args, run_projector, tls, USERS};
@@ -103,7 +103,7 @@ async fn a_projector_whose_user_may_not_run_info_projects_heals_and_says_so_once
     let keys = Keyspace::new(prefix, 1);
     eventually(Duration::from_secs(60), "the key projected and the read model complete", || {
         let mut admin = admin.clone();
-        let (key, healing) = (keys.api_key_sha(&sha256_hex("no-info-key-1")), keys.healing());
+        let (key, healing) = (keys.api_key_sha(&key_sha256("no-info-key-1")), keys.healing());
         async move {
             let (found, entries): (bool, u64) =
                 redis::pipe().exists(key).hlen(healing).query_async(&mut admin).await.ok()?;
@@ -162,14 +162,14 @@ async fn the_projectors_operator_commands_run_as_its_user() {
         &messages,
         &prefix(),
         |projector| {
-            (projector.redis_url, projector.redis_cluster, projector.redis_tls) =
+            (projector.redis.url, projector.redis.cluster, projector.redis.tls) =
                 (projector_url.into(), false, tls(false))
         },
-        |api| (api.redis_url, api.redis_cluster, api.redis_tls) = (api_url.into(), false, tls(false)),
+        |api| (api.redis.url, api.redis.cluster, api.redis.tls) = (api_url.into(), false, tls(false)),
     )
     .await;
     let mut config = runner::config(&world.topics, &world.prefix, &unique("g"));
-    (config.redis_url, config.redis_cluster, config.redis_tls) = (url.clone().into(), false, tls(false));
+    (config.redis.url, config.redis.cluster, config.redis.tls) = (url.clone().into(), false, tls(false));
     assert_eq!(runner::rebuild(config).await.expect("the rebuild runs as the projector's user"), Some(2));
     let mut admin = admin().await;
     let expected = runner::digest_of(&mut admin, &Keyspace::new(world.prefix.clone(), 2)).await.unwrap();
@@ -257,8 +257,8 @@ async fn a_write_the_projectors_user_may_not_finish_writes_nothing_and_is_applie
     let topics = Topics::holding(&messages).await;
     let prefix = unique("limited");
     let mut config = runner::config(&topics, &prefix, &unique("g"));
-    config.redis_url = format!("redis://limited:limited-0123456789@127.0.0.1:{}", own.port()).into();
-    config.redis_cluster = false;
+    config.redis.url = format!("redis://limited:limited-0123456789@127.0.0.1:{}", own.port()).into();
+    config.redis.cluster = false;
     let running = runner::spawn(config).await;
     eventually(Duration::from_secs(60), "the refused writes to be retried (or taken)", || async {
         let snapshot = running.snapshot();

@@ -234,8 +234,8 @@ async fn a_full_redis_is_reported_by_readiness_and_gauges_and_writes_resume_once
     let (first, rest) = scenario.messages.split_at(scenario.messages.len() / 2);
     let topics = Topics::holding(first).await;
     let mut config = runner::config(&topics, &end_to_end::unique("rm"), &end_to_end::unique("g"));
-    config.redis_url = redis.url().into();
-    config.redis_cluster = false;
+    config.redis.url = redis.url().into();
+    config.redis.cluster = false;
     config.http_addr = "127.0.0.1:0".parse().unwrap();
     let running = runner::spawn(config).await;
     running.wait_until_consumed(first.len() as u64, Duration::from_secs(60)).await;
@@ -275,7 +275,7 @@ async fn a_full_redis_is_reported_by_readiness_and_gauges_and_writes_resume_once
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_waiting_for_a_redis_that_comes_back_empty_is_not_written_onto_the_loss() {
-    use end_to_end::events::{event, sha256_hex};
+    use end_to_end::events::{event, key_sha256};
     use serde_json::json;
     use shared::Topic;
 
@@ -286,7 +286,7 @@ async fn a_batch_waiting_for_a_redis_that_comes_back_empty_is_not_written_onto_t
     let at = "2026-05-01T10:00:00Z";
     let study = |seq, kind, data| event(Topic::Study, &org, "s1", seq, kind, at, data);
     let secret = format!("{org}-secret");
-    let key = json!({"name": "k", "keySha256": sha256_hex(&secret)});
+    let key = json!({"name": "k", "keySha256": key_sha256(&secret)});
     let first = vec![
         event(Topic::ApiKey, &org, "k1", 1, "api_key.created", at, key),
         study(1, "study.created", json!({"internalTitle": "Before"})),

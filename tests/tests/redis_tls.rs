@@ -26,9 +26,9 @@ async fn core_cases(projector_url: String, api_url: String, cluster: bool, tls: 
         &fixture::dataset(),
         &prefix(),
         |projector| {
-            (projector.redis_url, projector.redis_cluster, projector.redis_tls) = (projector_url.into(), cluster, tls);
+            (projector.redis.url, projector.redis.cluster, projector.redis.tls) = (projector_url.into(), cluster, tls);
         },
-        |api| (api.redis_url, api.redis_cluster, api.redis_tls) = (api_url.into(), cluster, api_tls),
+        |api| (api.redis.url, api.redis.cluster, api.redis.tls) = (api_url.into(), cluster, api_tls),
     )
     .await;
     let (status, body) = world.app.json("/v1/studies", ACME_KEY).await;
@@ -80,8 +80,8 @@ async fn over_a_redis_cluster_that_speaks_only_tls_both_binaries_serve_as_their_
 
     let topics = Topics::create().await;
     let mut config = runner::config(&topics, &prefix(), &unique("g"));
-    (config.redis_url, config.redis_cluster) = (projector.into(), true);
-    config.redis_tls.ca_file = Some(env("TLS_OTHER_CA_FILE").into());
+    (config.redis.url, config.redis.cluster) = (projector.into(), true);
+    config.redis.tls.ca_file = Some(env("TLS_OTHER_CA_FILE").into());
     let refused = tokio::time::timeout(Duration::from_secs(30), runner::run(config)).await.expect("no hang");
     let line = refused.expect_err("the projector refuses to start").to_string();
     let why = "the TLS handshake failed (invalid peer certificate: UnknownIssuer): REDIS_CA_FILE";
@@ -177,8 +177,8 @@ async fn on_a_cluster_a_refusal_met_after_attempts_that_timed_out_still_stops_ei
     let (stalling, proxied) = Stalling::before(&seed("projector"), SILENT).await;
     let topics = Topics::create().await;
     let mut config = runner::config(&topics, &prefix(), &unique("g"));
-    (config.redis_url, config.redis_cluster, config.redis_timeout_ms) = (proxied.into(), true, 500);
-    config.redis_tls.ca_file = Some(other.clone().into());
+    (config.redis.url, config.redis.cluster, config.redis.timeout_ms) = (proxied.into(), true, 500);
+    config.redis.tls.ca_file = Some(other.clone().into());
     let refused = tokio::time::timeout(Duration::from_secs(30), runner::run(config)).await.expect("no hang");
     let line = refused.expect_err("the projector refuses to start").to_string();
     assert!(line.contains(why) && !line.contains(PASSWORD) && line.lines().count() == 1, "{line}");
@@ -186,8 +186,8 @@ async fn on_a_cluster_a_refusal_met_after_attempts_that_timed_out_still_stops_ei
 
     let (stalling, proxied) = Stalling::before(&seed("query-api"), SILENT).await;
     let mut config = end_to_end::api::config(&prefix(), &proxied);
-    config.redis_cluster = true;
-    config.redis_tls.ca_file = Some(other.into());
+    config.redis.cluster = true;
+    config.redis.tls.ca_file = Some(other.into());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let run = query_api::run(listener, None, config, std::future::pending());
     let refused = tokio::time::timeout(Duration::from_secs(30), run).await.expect("the API stops at the refusal");

@@ -81,11 +81,11 @@ async fn moving_an_organizations_slot_under_load_returns_no_error_and_loses_no_e
     let topics = Topics::holding(&[key(&org, "k", SECRET).messages, studies(&org, 0, BEFORE)].concat()).await;
     let prefix = unique("rs");
     let mut projector_config = runner::config(&topics, &prefix, &unique("g"));
-    projector_config.redis_url = env("REDIS_CLUSTER_URLS").into();
-    projector_config.redis_cluster = true;
+    projector_config.redis.url = env("REDIS_CLUSTER_URLS").into();
+    projector_config.redis.cluster = true;
     let projector = runner::spawn(projector_config).await;
     let mut api_config = config(&prefix, &env("REDIS_CLUSTER_URLS"));
-    api_config.redis_cluster = true;
+    api_config.redis.cluster = true;
     let app = Arc::new(spawn_app(api_config).await);
     eventually(Duration::from_secs(60), "the first studies to be served", || async {
         let (status, body) = app.json("/v1/studies?pageSize=100", SECRET).await;
@@ -172,7 +172,8 @@ async fn moving_an_organizations_slot_under_load_returns_no_error_and_loses_no_e
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_on_a_half_moved_slot_is_answered_whole_each_command_where_its_key_is() {
     use end_to_end::own_redis::{OwnCluster, Persistence};
-    use shared::connection::{Connection, Settings, Target};
+    use shared::connection::{Connection, Settings};
+    use shared::redis_url::Target;
 
     let own = OwnCluster::start(Persistence::Snapshots).await;
     let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 3 };

@@ -9,7 +9,8 @@ use end_to_end::kafka::{self, Topics};
 use end_to_end::own_redis::OwnRedis;
 use end_to_end::scenario::Scenario;
 use end_to_end::{eventually, read_model, runner, unique};
-use shared::connection::{Connection, Settings, Target};
+use shared::connection::{Connection, Settings};
+use shared::redis_url::Target;
 use shared::Keyspace;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -21,9 +22,9 @@ async fn the_projector_rides_out_a_redis_outage_without_losing_or_skipping_event
 
     let prefix = unique("rm");
     let mut config = runner::config(&topics, &prefix, &unique("g"));
-    config.redis_url = redis.url().into();
-    config.redis_cluster = false;
-    config.redis_timeout_ms = 500;
+    config.redis.url = redis.url().into();
+    config.redis.cluster = false;
+    config.redis.timeout_ms = 500;
     let running = eventually(Duration::from_secs(10), "the projector to connect", || {
         let config = config.clone();
         async move { Some(runner::spawn(config).await) }
@@ -67,7 +68,7 @@ async fn a_projector_refuses_a_redis_that_may_evict_keys_with_one_line_saying_wh
         .unwrap();
     let topics = Topics::create().await;
     let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
-    (config.redis_url, config.redis_cluster) = (redis.url().into(), false);
+    (config.redis.url, config.redis.cluster) = (redis.url().into(), false);
     let outcome = tokio::time::timeout(Duration::from_secs(30), runner::run(config)).await;
     let error = outcome.expect("it refuses at once, it does not run").expect_err("it refuses");
     let line = error.to_string();
@@ -86,7 +87,7 @@ async fn a_connection_cut_while_the_projector_starts_is_made_again_and_the_start
     let prefix = unique("rm");
     let cutting = Cutting::start(&format!("127.0.0.1:{}", redis.port()), &Keyspace::active_generation(&prefix)).await;
     let mut config = runner::config(&topics, &prefix, &unique("g"));
-    (config.redis_url, config.redis_cluster) = (format!("redis://127.0.0.1:{}", cutting.port).into(), false);
+    (config.redis.url, config.redis.cluster) = (format!("redis://127.0.0.1:{}", cutting.port).into(), false);
     let started = tokio::time::timeout(Duration::from_secs(30), runner::spawn(config)).await;
     let running = started.expect("the start goes on within 30 s");
     assert!(cutting.has_cut(), "the connection was cut during the start");

@@ -6,7 +6,7 @@ use anyhow::Result;
 use benchmarks::{apply, stream};
 use clap::Parser;
 use redis::Script;
-use shared::connection::Target;
+use shared::redis_url::Target;
 
 #[derive(Parser)]
 #[command(about = "Seeds the API benchmark's read model and prints what the benchmark script needs.")]

@@ -23,7 +23,7 @@ use anyhow::{bail, Context, Result};
 use benchmarks::broker::{self, create_topics, topic_names};
 use benchmarks::report::Line;
 use clap::{Parser, Subcommand};
-use end_to_end::events::{envelope, sha256_hex, Envelope};
+use end_to_end::events::{envelope, key_sha256, Envelope};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Message, Offset, TopicPartitionList};
@@ -164,7 +164,7 @@ async fn setup(shape: &Shape) -> Result<()> {
 }
 
 fn key_data(secret: &str) -> Value {
-    json!({"name": "freshness", "keySha256": sha256_hex(secret)})
+    json!({"name": "freshness", "keySha256": key_sha256(secret)})
 }
 
 fn producer(brokers: &str, linger_ms: &str) -> Result<FutureProducer> {

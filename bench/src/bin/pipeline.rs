@@ -7,7 +7,7 @@ use anyhow::Result;
 use benchmarks::report::Line;
 use benchmarks::{apply, stream::Stream};
 use clap::Parser;
-use shared::connection::Target;
+use shared::redis_url::Target;
 
 #[derive(Parser)]
 #[command(about = "Decodes and applies the generated stream from memory in batches; reports events per second.")]

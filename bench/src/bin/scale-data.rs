@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use benchmarks::broker::{bulk_producer, create_topics};
 use benchmarks::report::Line;
 use clap::{Parser, Subcommand};
-use end_to_end::events::{envelope, sha256_hex, Envelope};
+use end_to_end::events::{envelope, key_sha256, Envelope};
 use futures::StreamExt;
 use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
@@ -87,7 +87,7 @@ async fn publish(brokers: &str, run: &str, orgs: usize, studies: usize) -> Resul
     for i in 0..orgs {
         let org = org(run, i);
         let key = format!("{org}-k");
-        let data = json!({"name": "scale", "keySha256": sha256_hex(&secret(run, i))});
+        let data = json!({"name": "scale", "keySha256": key_sha256(&secret(run, i))});
         // Topics in `Topic::ALL`'s order: studies, interviews, API keys.
         pending.push((2, key.clone(), message(&org, &key, 1, "api_key.created", data)));
         for s in 0..studies {

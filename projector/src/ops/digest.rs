@@ -10,9 +10,9 @@ pub async fn run(config: &Config, generation: Option<u64>) -> Result<(), Error> 
     let mut conn = super::status::connect(config).await?;
     let generation = match generation {
         Some(g) => g,
-        None => store::active_generation(&mut conn, &config.key_prefix).await?,
+        None => store::active_generation(&mut conn, &config.redis.key_prefix).await?,
     };
-    let digest = Digest::of(&mut conn, &Keyspace::new(config.key_prefix.clone(), generation)).await?;
+    let digest = Digest::of(&mut conn, &Keyspace::new(config.redis.key_prefix.clone(), generation)).await?;
     println!("generation {generation}: {digest}");
     Ok(())
 }

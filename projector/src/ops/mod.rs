@@ -152,11 +152,11 @@ mod tests {
             "/etc/redis/client.key",
             "status",
         ]);
-        let tls = &cli.config.redis_tls;
+        let tls = &cli.config.redis.tls;
         assert_eq!(tls.ca_file.as_deref(), Some(std::path::Path::new("/etc/redis/ca.pem")));
         assert!(tls.client_cert_file.is_some() && tls.client_key_file.is_some());
-        let shown = format!("{cli:?} {} {:?}", cli.config.redis_target(), cli.config.redis_target());
+        let shown = format!("{cli:?} {} {:?}", cli.config.redis.target(), cli.config.redis.target());
         assert!(!shown.contains("hunter2") && shown.contains("projector:***@redis.example:6380"), "{shown}");
-        assert_eq!(cli.config.redis_url.expose(), "rediss://projector:hunter2@redis.example:6380");
+        assert_eq!(cli.config.redis.url.expose(), "rediss://projector:hunter2@redis.example:6380");
     }
 }

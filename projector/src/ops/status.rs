@@ -87,7 +87,7 @@ pub async fn run(config: &Config, output: Output) -> Result<(), Error> {
 
 async fn gather(config: &Config) -> Result<Status, Error> {
     let mut conn = connect(config).await?;
-    let prefix = &config.key_prefix;
+    let prefix = &config.redis.key_prefix;
     let active_generation = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(&mut conn).await?;
     let state = rebuild_state(&mut conn, prefix).await?;
     let rebuild = state.generation.map(|generation| Rebuild { generation, phase: state.phase, running: state.locked });

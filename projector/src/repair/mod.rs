@@ -77,8 +77,8 @@ const KEY_ATTEMPTS: usize = 8;
 pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
-    let generation = store::active_generation(&mut conn, &config.key_prefix).await?;
-    let keys = Keyspace::new(config.key_prefix.clone(), generation);
+    let generation = store::active_generation(&mut conn, &config.redis.key_prefix).await?;
+    let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
     let token = uuid::Uuid::new_v4().simple().to_string();
     // One repair of an organization at a time: its lease is taken before anything is read or staged, so a
     // second repair never meets (or deletes) the first one's staging.
@@ -235,7 +235,7 @@ async fn repair(
     if !late.is_empty() {
         let _: () = redis::cmd("HDEL").arg(keys.late()).arg(&late).query_async(conn).await?;
     }
-    if store::active_generation(conn, &config.key_prefix).await? != generation {
+    if store::active_generation(conn, &config.redis.key_prefix).await? != generation {
         tracing::warn!(
             generation,
             "the active generation changed during the repair; the new one was built from the topics"

@@ -31,7 +31,7 @@ pub async fn run(
     stopped: &mut watch::Receiver<bool>,
     notify: Notify<'_>,
 ) -> Result<bool, Error> {
-    let prefix = &config.key_prefix;
+    let prefix = &config.redis.key_prefix;
     let generation = projector.generation();
     let rebuild_key = Keyspace::rebuild(prefix);
     set_phase(conn, &rebuild_key, projector, control::HANDOVER).await?;

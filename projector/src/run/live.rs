@@ -49,7 +49,7 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
     }
     projector.source.commit_applied();
     heal.leave(&projector.healing()).await;
-    let _ = members::leave(&mut conn, &projector.config.key_prefix, &id).await;
+    let _ = members::leave(&mut conn, &projector.config.redis.key_prefix, &id).await;
     tracing::info!(counts = ?projector.metrics.counts(), "projector stopped");
     Ok(())
 }
@@ -63,7 +63,7 @@ async fn housekeeping(
     id: &str,
     stopped: &mut watch::Receiver<bool>,
 ) -> Result<bool, Error> {
-    let prefix = projector.config.key_prefix.clone();
+    let prefix = projector.config.redis.key_prefix.clone();
     let follow = projector.config.generation.is_none();
     match control::signals(conn, &prefix).await {
         Ok(Signals { active, handover }) => {
@@ -137,7 +137,7 @@ async fn pause(
     stopped: &mut watch::Receiver<bool>,
 ) -> bool {
     projector.source.commit_applied();
-    let prefix = projector.config.key_prefix.clone();
+    let prefix = projector.config.redis.key_prefix.clone();
     tracing::info!(target, "paused for a rebuild's handover");
     loop {
         if let Err(e) = members::report(conn, &prefix, id, &instance(projector, true)).await {

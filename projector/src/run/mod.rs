@@ -86,11 +86,11 @@ impl Projector {
         store::check_no_eviction(&mut conn).await?;
         let metrics = Arc::new(Metrics::new(Topic::ALL.map(|t| config.topic_name(t).to_string())));
         let active: Option<u64> =
-            redis::cmd("GET").arg(Keyspace::active_generation(&config.key_prefix)).query_async(&mut conn).await?;
+            redis::cmd("GET").arg(Keyspace::active_generation(&config.redis.key_prefix)).query_async(&mut conn).await?;
         let generation = config.generation.or(active).unwrap_or(1);
         let mut projector = Self {
             source: Source::connect(&config, metrics.clone())?,
-            store: Store::new(conn.clone(), Keyspace::new(config.key_prefix.clone(), generation)),
+            store: Store::new(conn.clone(), Keyspace::new(config.redis.key_prefix.clone(), generation)),
             metrics,
             config,
         };
@@ -101,7 +101,7 @@ impl Projector {
             let losses = Losses::one(Loss::NewReadModel);
             heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, &losses).await?;
             heal::mark_everything(&mut projector.source, &mut conn, &keys, &losses).await?;
-            let generation = store::active_generation(&mut conn, &projector.config.key_prefix).await?;
+            let generation = store::active_generation(&mut conn, &projector.config.redis.key_prefix).await?;
             projector.store.set_generation(generation);
         } else if projector.config.generation.is_none() {
             // Redis may have lost data while no projector looked: marked before anything more is served.
@@ -115,7 +115,7 @@ impl Projector {
             }
         }
         let generation = projector.generation();
-        tracing::info!(generation, prefix = %projector.config.key_prefix, group = %projector.config.group_id, "projecting");
+        tracing::info!(generation, prefix = %projector.config.redis.key_prefix, group = %projector.config.group_id, "projecting");
         projector.metrics.generation.set(generation as i64);
         projector.metrics.beat();
         Ok(projector)

@@ -125,7 +125,7 @@ pub async fn run(
     mut stopped: watch::Receiver<bool>,
     notify: Notify<'_>,
 ) -> Result<Option<u64>, Error> {
-    let prefix = config.key_prefix.clone();
+    let prefix = config.redis.key_prefix.clone();
     let Some(mut conn) = store::connect(&config, &mut stopped).await? else { return Ok(None) };
     let token = uuid::Uuid::new_v4().to_string();
     let lock = Keyspace::rebuild_lock(&prefix);
@@ -202,7 +202,7 @@ impl Lock {
 /// The generation to build into and its consumer group: the interrupted rebuild's, if its generation
 /// still has its data, or a new one.
 async fn target(config: &Config, conn: &mut Connection, old: u64, notify: Notify<'_>) -> Result<(u64, String), Error> {
-    let prefix = &config.key_prefix;
+    let prefix = &config.redis.key_prefix;
     let state = control::rebuild_state(conn, prefix).await?;
     let resumable = match state.generation {
         Some(g) if g != old => conn.exists::<_, bool>(Keyspace::new(prefix.clone(), g).meta()).await?,
@@ -238,7 +238,7 @@ async fn rebuild(
     stopped: &mut watch::Receiver<bool>,
     notify: Notify<'_>,
 ) -> Result<Option<(u64, u64)>, Error> {
-    let prefix = &config.key_prefix;
+    let prefix = &config.redis.key_prefix;
     let old = store::active_generation(conn, prefix).await?;
     let (generation, group) = target(config, conn, old, notify).await?;
     let rebuild_key = Keyspace::rebuild(prefix);

@@ -16,7 +16,7 @@ use crate::config::Config;
 /// TLS option that cannot work, or a connection Redis refuses for good (a certificate not trusted, a
 /// password refused), is an error at once: no retry would cure it.
 pub async fn connect(config: &Config, stopped: &mut watch::Receiver<bool>) -> Result<Option<Connection>, crate::Error> {
-    let (target, settings, tls) = (config.redis_target(), config.redis_settings(), config.redis_tls()?);
+    let (target, settings, tls) = (config.redis.target(), config.redis_settings(), config.redis_tls()?);
     let mut backoff = Backoff::new();
     loop {
         match Connection::connect_with(&target, settings, &tls).await {

@@ -2,7 +2,6 @@
 //! `Service-Api-Key: <key>`, Bearer first. It is looked up by its SHA-256, never logged or kept.
 
 use axum::http::HeaderMap;
-use sha2::{Digest, Sha256};
 
 /// Longest key accepted; longer values are not keys and are refused without a lookup.
 const MAX_KEY_LEN: usize = 512;
@@ -26,11 +25,6 @@ pub fn credential(headers: &HeaderMap) -> Option<&str> {
     let key = key.trim_matches(' ');
     let well_formed = !key.is_empty() && key.len() <= MAX_KEY_LEN && key.bytes().all(|b| b.is_ascii_graphic());
     well_formed.then_some(key)
-}
-
-/// The lowercase hex SHA-256 of a key's UTF-8 bytes, as `api_key.created` carries it.
-pub fn key_sha256(key: &str) -> String {
-    hex::encode(Sha256::digest(key.as_bytes()))
 }
 
 #[cfg(test)]
@@ -82,10 +76,5 @@ mod tests {
         assert_eq!(credential(&non_ascii), None);
         // Another scheme, or a word that merely starts like it, leaves the other header to decide.
         assert_eq!(credential(&headers(&[("authorization", "Bearerish k1"), other])), Some("k2"));
-    }
-
-    #[test]
-    fn the_key_is_looked_up_by_its_sha256() {
-        assert_eq!(key_sha256("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 }

@@ -10,7 +10,6 @@ pub mod rate_limit;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sha2::{Digest, Sha256};
 use shared::Keyspace;
 
 use crate::metrics::Metrics;
@@ -85,7 +84,7 @@ impl Auth {
     /// The organization of an API key (a request's [`credential`]), sent by `client`, in the generation
     /// `keys` is of.
     pub async fn organization(&self, key: &str, client: Client, keys: Keyspace) -> Result<Organization, AuthError> {
-        let digest: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        let digest = shared::keys::key_digest(key);
         let sha256 = hex::encode(digest);
         let entry = keys.api_key_sha(&sha256);
         let id = match self.kept.as_ref().and_then(|kept| kept.known(&entry)) {

@@ -10,10 +10,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{RedisError, RedisResult, ScriptInvocation, Value};
-use shared::connection::{Connection, Settings, Target};
+use shared::connection::{Connection, Settings};
 use shared::log_every::LogEvery;
 use shared::loss::HealingEntry;
 use shared::redis_tls::{refusal, Refusal, Tls};
+use shared::redis_url::Target;
 use shared::scope::Scope;
 use shared::Keyspace;
 use tokio::sync::OnceCell;

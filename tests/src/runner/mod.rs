@@ -78,7 +78,7 @@ impl From<Counts> for Snapshot {
 
 pub async fn spawn(config: Config) -> Running {
     crate::test_log();
-    let (prefix, group) = (config.key_prefix.clone(), config.group_id.clone());
+    let (prefix, group) = (config.redis.key_prefix.clone(), config.group_id.clone());
     let (stop, stopped) = watch::channel(false);
     let projector =
         Projector::connect(config, stopped.clone()).await.expect("projector connects").expect("not stopped");

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 use shared::Topic;
 
 use crate::events::Outgoing;
-use crate::events::{event, sha256_hex};
+use crate::events::{event, key_sha256};
 use crate::kafka::Topics;
 pub use crate::rng::Rng;
 
@@ -73,7 +73,7 @@ impl Scenario {
                 h.push(
                     "api_key.created",
                     base,
-                    json!({"name": "k", "keySha256": sha256_hex(&format!("{org}-secret{k}"))}),
+                    json!({"name": "k", "keySha256": key_sha256(&format!("{org}-secret{k}"))}),
                 );
                 if rng.chance(40) {
                     h.push("api_key.deleted", base + Duration::hours(1), json!({}));

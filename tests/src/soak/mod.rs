@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
-use shared::connection::{Connection, Settings, Target};
+use shared::connection::{Connection, Settings};
+use shared::redis_url::Target;
 use shared::{Keyspace, Topic};
 
 pub use broker::OwnBroker;
@@ -65,8 +66,8 @@ pub async fn run(options: Options, broker: OwnBroker) -> Report {
     };
     let mut injector = Injector::new(options.seed, redis, broker, setting);
     let mut config = api::config(&prefix, &urls);
-    config.redis_cluster = cluster;
-    config.redis_timeout_ms = 1000;
+    config.redis.cluster = cluster;
+    config.redis.timeout_ms = 1000;
     let app = api::spawn_app(config).await;
     app.wait_serving(Duration::from_secs(120)).await;
     injector.save();
@@ -116,8 +117,8 @@ async fn published_total(topics: &Topics) -> u64 {
 async fn reference(topics: &Topics, total: u64, urls: &str, cluster: bool) -> String {
     let keys = Keyspace::new(unique("scratch"), 1);
     let mut config = runner::config(topics, keys.prefix(), &unique("g"));
-    config.redis_url = urls.into();
-    config.redis_cluster = cluster;
+    config.redis.url = urls.into();
+    config.redis.cluster = cluster;
     runner::build(config, total, Duration::from_secs(180)).await;
     let mut conn = connect(urls, cluster).await;
     runner::digest_of(&mut conn, &keys).await.expect("the reference's digest").to_string()

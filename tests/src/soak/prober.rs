@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::api::TestApp;
-use crate::events::sha256_hex;
+use crate::events::key_sha256;
 use crate::scenario::Scenario;
 
 /// What an answer was, seen from the key that asked.
@@ -69,8 +69,8 @@ impl Prober {
         for org in scenario.organizations() {
             let expected = scenario.expected(&org);
             let secrets = (0..3).map(|k| format!("{org}-secret{k}"));
-            let live = secrets.clone().find(|s| expected.live_keys.contains(&sha256_hex(s)));
-            let revoked = secrets.clone().find(|s| expected.revoked_keys.contains(&sha256_hex(s)));
+            let live = secrets.clone().find(|s| expected.live_keys.contains(&key_sha256(s)));
+            let revoked = secrets.clone().find(|s| expected.revoked_keys.contains(&key_sha256(s)));
             let studies = expected.studies.len() as u64;
             askers.extend(live.map(|secret| Asker { org: org.clone(), secret, live: true, studies }));
             askers.extend(revoked.map(|secret| Asker { org: org.clone(), secret, live: false, studies }));

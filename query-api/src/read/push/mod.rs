@@ -24,10 +24,10 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, RedisResult, Value};
-use shared::connection::Target;
 use shared::keys::position_tag;
 use shared::log_every::LogEvery;
 use shared::redis_tls::Tls;
+use shared::redis_url::Target;
 
 use crate::metrics::Metrics;
 use node::{Node, Pushed};
@@ -425,7 +425,8 @@ impl Tracker {
         };
         let mut nodes = Vec::new();
         let mut connected = false;
-        for (address, ranges) in shared::cluster_pipeline::primaries(&reply) {
+        for primary in shared::cluster_nodes::serving(&reply) {
+            let (address, ranges) = (primary.address(), primary.slots);
             let existing = live.iter().find(|n| n.address == address && n.serves(&ranges)).cloned();
             let node = match existing {
                 Some(node) => node,

@@ -4,7 +4,7 @@
 //! duplicates (same aggregate, same sequence) that the projector ignores.
 
 use chrono::{DateTime, Duration, FixedOffset, SecondsFormat, TimeZone};
-use end_to_end::events::{envelope, sha256_hex, Envelope, Outgoing};
+use end_to_end::events::{envelope, key_sha256, Envelope, Outgoing};
 use serde_json::{json, Value};
 use shared::Topic;
 
@@ -39,7 +39,7 @@ impl Aggregate {
     fn emit(&mut self, after: i64, kind: &str, data: Value) -> &mut Self {
         self.seq += 1;
         self.at += Duration::seconds(after) + Duration::milliseconds((self.seq as i64 * 137) % 1000);
-        let digest = sha256_hex(&format!("sample-data/{}/{}", self.id, self.seq));
+        let digest = key_sha256(&format!("sample-data/{}/{}", self.id, self.seq));
         let event_id =
             format!("{}-{}-{}-{}-{}", &digest[0..8], &digest[8..12], &digest[12..16], &digest[16..20], &digest[20..32]);
         let at = self.at.to_rfc3339_opts(SecondsFormat::Millis, true);
@@ -180,7 +180,7 @@ fn interview(
 ) {
     let mut it = Aggregate::new(Topic::Interview, org, id, start);
     it.emit(0, "interview.started", json!({ "studyId": study }));
-    let participant = format!("ptc_{}", &sha256_hex(id)[..10]);
+    let participant = format!("ptc_{}", &key_sha256(id)[..10]);
     let (first, last) = match tw {
         Twist::FirstNameOnly => (Value::from(first), Value::Null),
         Twist::NoName => (Value::Null, Value::Null),
@@ -194,7 +194,7 @@ fn interview(
         let data = json!({ "participantId": participant, "firstName": first, "lastName": last });
         it.emit(45, "interview.participant_identified", data);
     }
-    let seed = usize::from_str_radix(&sha256_hex(id)[..12], 16).expect("hex");
+    let seed = usize::from_str_radix(&key_sha256(id)[..12], 16).expect("hex");
     let pairs = if lang == 0 { 3 + seed % 3 } else { 3 };
     let mut t = if tw == Twist::Tricky { 3700.25 } else { 4.5 + (seed % 9) as f64 };
     for k in 0..pairs {
@@ -267,13 +267,13 @@ fn keys(ds: &mut Dataset, org: &str, short: &str, tz: FixedOffset) {
     if short == "acme" {
         let old = format!("demo-{short}-2025-key");
         let mut k = Aggregate::new(Topic::ApiKey, org, &format!("key_{short}_2025"), at - Duration::days(60));
-        k.emit(0, "api_key.created", json!({ "name": "CRM sync (2025)", "keySha256": sha256_hex(&old) }));
+        k.emit(0, "api_key.created", json!({ "name": "CRM sync (2025)", "keySha256": key_sha256(&old) }));
         k.emit(62 * DAY, "api_key.deleted", json!({}));
         ds.messages.append(&mut k.out);
         ds.keys.push((org.into(), old, false));
     }
     let mut k = Aggregate::new(Topic::ApiKey, org, &format!("key_{short}_2026"), at);
-    k.emit(0, "api_key.created", json!({ "name": "CRM sync", "keySha256": sha256_hex(&live) }));
+    k.emit(0, "api_key.created", json!({ "name": "CRM sync", "keySha256": key_sha256(&live) }));
     ds.messages.append(&mut k.out);
     ds.keys.push((org.into(), live, true));
 }

@@ -1,0 +1,53 @@
+//! The read model's Redis as both binaries are configured with it: one set of options (its URL, TLS,
+//! cluster or not, key prefix, timeout), flattened into each binary's configuration, so that an option,
+//! its variable and its default cannot differ between the projector and the query API.
+
+use std::time::Duration;
+
+use crate::redis_tls::TlsOptions;
+use crate::redis_url::{RedisUrl, Target};
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct RedisOptions {
+    /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0, or rediss://user:password@host:port for
+    /// TLS and a Redis user; with --redis-cluster, the comma-separated URLs of some nodes of the cluster.
+    /// Shown and logged without its password.
+    #[arg(long = "redis-url", env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
+    pub url: RedisUrl,
+
+    #[command(flatten)]
+    pub tls: TlsOptions,
+
+    /// The read model is a Redis Cluster, reached through the nodes in REDIS_URL.
+    #[arg(long = "redis-cluster", env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub cluster: bool,
+
+    /// Prefix of every read-model key (no braces); lets several read models share one Redis.
+    #[arg(long = "key-prefix", env = "KEY_PREFIX", default_value = "rm")]
+    pub key_prefix: String,
+
+    /// Timeout of each Redis call (and of connecting), in milliseconds. The API answers 503 to a request
+    /// whose read takes longer; the projector retries the call with backoff, and the timeout also bounds how
+    /// long a call stuck on a primary that died delays the look that sees the failover.
+    #[arg(long = "redis-timeout-ms", env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
+    pub timeout_ms: u64,
+}
+
+impl RedisOptions {
+    /// The Redis server or cluster of the read model.
+    pub fn target(&self) -> Target {
+        Target::new(self.url.expose(), self.cluster)
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms)
+    }
+
+    /// Refuses a key prefix that would break the key layout (its hash tags), with one line saying why.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.key_prefix.contains(['{', '}']) {
+            return Err(format!("KEY_PREFIX must not contain braces: {:?}", self.key_prefix));
+        }
+        Ok(())
+    }
+}
