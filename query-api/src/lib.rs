@@ -18,7 +18,8 @@
 //! - [`read`]: the read path. `model` is every Redis read (one script each, the scripts in `scripts`);
 //!   `cache` keeps reads in memory, bounded in bytes; `transcript` sends a transcript beyond a request's
 //!   byte budget in chunks; `push` keeps the keys and organizations' epochs Redis pushes the changes of
-//!   (client tracking), which vouch for what is kept; `generation` is the generation served; `freshness`
+//!   (client tracking), which vouch for what is kept (`push::kept` holds the rule, `push::upkeep` the
+//!   connections); `generation` is the generation served; `freshness`
 //!   how fresh it is, from the projectors' reports and the organization's epoch.
 //! - [`links`]: section 8's video links: `credentials`, the hand-written signer `sigv4`, `bucket` rules.
 //! - `state`: what requests share, and the refresh that keeps the generation and the freshness current
@@ -92,11 +93,11 @@ pub async fn run(
     };
     // Dropped when this function returns, however it returns: the tasks stop with the server.
     let mut tasks = Tasks::default();
-    let follow = state.clone().follow(config.generation_refresh());
+    let refresh = state.clone().refresh_forever(config.generation_refresh());
     let mut pushes_connected = connected.clone();
     tasks.spawn(async move {
         if connected.wait_for(|made| *made).await.is_ok() {
-            follow.await
+            refresh.await
         }
     });
     // The connections Redis pushes changes on, once the first connection was made (a Redis that refuses

@@ -165,7 +165,7 @@ impl AppState {
 
     /// Refreshes every `every`, and at once when Redis pushes a change of the active generation or of the
     /// healing entries (or a connection that pushed changes is lost), for ever.
-    pub async fn follow(self, every: Duration) {
+    pub async fn refresh_forever(self, every: Duration) {
         let mut ticker = tokio::time::interval(every);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {

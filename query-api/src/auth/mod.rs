@@ -14,7 +14,7 @@ use shared::Keyspace;
 
 use crate::metrics::Metrics;
 use crate::read::model::{self, ReadModel};
-use crate::read::push::{Kind, Tracker};
+use crate::read::push::{Kind, Known, Tracker};
 use client::Client;
 use rate_limit::{RateLimit, Refused, Standing, UnknownKeys};
 
@@ -88,11 +88,11 @@ impl Auth {
         let sha256 = hex::encode(digest);
         let entry = keys.api_key_sha(&sha256);
         let id = match self.kept.as_ref().and_then(|kept| kept.known(&entry)) {
-            Some(Some(id)) => {
+            Some(Known::Value(id)) => {
                 self.metrics.key_lookups_memory.inc();
                 id.to_string()
             }
-            Some(None) => {
+            Some(Known::Absent) => {
                 self.metrics.key_lookups_memory.inc();
                 return Err(AuthError::Unauthorized);
             }
@@ -105,7 +105,7 @@ impl Auth {
                 let org = self.model.organization_of(&keys, &sha256).await?;
                 // Kept from a read of its own, on the connection Redis pushes the key's changes on.
                 if let Some(kept) = &self.kept {
-                    kept.follow(&entry, model::organization_of(&keys, &sha256), Kind::Key);
+                    kept.keep(&entry, model::organization_of(&keys, &sha256), Kind::Key);
                 }
                 let Some(id) = org else {
                     if let Some(unknown) = &self.unknown {

@@ -22,7 +22,7 @@ use shared::Keyspace;
 use crate::metrics::Metrics;
 use cache::{ReadCache, ReadKey, Stored};
 use model::{InterviewRead, OrgEpoch, Page, ReadModel};
-use push::{Kind, Tracker};
+use push::{Kind, Known, Tracker};
 use redis::RedisResult;
 
 /// The longest id a read asks Redis for: a longer one is no id the projector wrote, so it is answered as
@@ -134,7 +134,7 @@ impl Reads {
     }
 
     /// The read kept for `key` when its organization's epoch is the one Redis last pushed; else `read`
-    /// from Redis, kept with the epoch it came with (and the epoch followed, if it is not yet). Counted
+    /// from Redis, kept with the epoch it came with (and the epoch kept, if it is not yet). Counted
     /// either way while reads are kept.
     async fn through<T, F, Fut>(
         &self,
@@ -155,7 +155,7 @@ impl Reads {
             return Ok(Read { found: Arc::new(found), epoch: epoch.map(Arc::from) });
         };
         let epoch_key = keys.org_epoch(org);
-        if let Some(Some(current)) = self.tracker.known(&epoch_key) {
+        if let Some(Known::Value(current)) = self.tracker.known(&epoch_key) {
             if let Some((kept, epoch)) = cache.get(generation, org, &key, &current) {
                 if let Some(found) = unwrap(kept) {
                     self.metrics.reads_memory.inc();
@@ -168,7 +168,7 @@ impl Reads {
         let (found, epoch) = (Arc::new(found), epoch.map(Arc::<str>::from));
         if epoch.is_some() {
             cache.insert(generation, org, key, wrap(found.clone()), epoch.as_ref());
-            self.tracker.follow(&epoch_key, model::org_epoch(keys, org), Kind::Org);
+            self.tracker.keep(&epoch_key, model::org_epoch(keys, org), Kind::Org);
         }
         Ok(Read { found, epoch })
     }

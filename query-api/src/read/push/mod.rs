@@ -11,25 +11,34 @@
 //! trusted for [`ABSENT_FOR`] at most: a key created on a cluster node this instance did not read it on
 //! (its slot moved meanwhile) would push nothing here.
 //!
+//! # Layout
+//! - This file: the tracker's API ([`Tracker`]: keep a key, ask what is known of it, forget) and what a
+//!   push means for what is kept.
+//! - [`kept`]: the bookkeeping of kept entries and the rule that decides whether one is still vouched for.
+//! - [`upkeep`]: the tracking connections made, made again and probed; [`node`] is one of them, and
+//!   [`topology`] says which one serves a key.
+//!
 //! Cost: one probe per primary every [`PROBE_EVERY`] and, on a cluster, its slots every
 //! [`TOPOLOGY_EVERY`], whatever is kept; a key costs one read when it is first kept, and one after each
 //! change, the next time it is asked for.
 
+mod kept;
 mod node;
 mod topology;
+mod upkeep;
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use redis::{Cmd, RedisResult, Value};
-use shared::keys::position_tag;
 use shared::log_every::LogEvery;
 use shared::redis_tls::Tls;
 use shared::redis_url::Target;
 
 use crate::metrics::Metrics;
+use kept::{weight, Entries, Entry, Serving, State};
+pub use kept::{Capacity, Kind, Known};
 use node::{Node, Pushed};
 use topology::Topology;
 
@@ -49,87 +58,8 @@ pub const ABSENT_FOR: Duration = Duration::from_secs(1);
 /// changes, then finds nothing to drop).
 const IDLE: Duration = Duration::from_secs(300);
 
-/// What the map holds for each entry besides the key's and the value's bytes.
-const ENTRY_OVERHEAD: usize = 96;
-
 /// Connection failures, tried again every [`TOPOLOGY_EVERY`]: logged once a minute at most.
 static UNCONNECTED: LogEvery = LogEvery::millis(60_000);
-
-/// What a kept value is for: each kind has its own capacity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Kind {
-    /// An API key's entry in the key index.
-    Key,
-    /// An organization's epoch.
-    Org,
-    /// A key of the read model's condition (its active generation, its healing entries): a change wakes
-    /// [`Tracker::changed`]. Not counted against any capacity, never forgotten for being idle.
-    Watch,
-}
-
-/// How many values of each kind may be kept.
-#[derive(Debug, Clone, Copy)]
-pub struct Capacity {
-    pub keys: usize,
-    pub orgs: usize,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum State {
-    /// A read is on its way; the number tells it from a later one. An invalidation meanwhile removes the
-    /// entry, so the read's answer, maybe older than the change, is not kept.
-    Pending(u64),
-    Known(Option<Arc<str>>),
-}
-
-struct Entry {
-    kind: Kind,
-    state: State,
-    /// The connection it was read on.
-    node: u64,
-    /// When its read was sent, and when it was last asked for (ms since the tracker started).
-    read_ms: u64,
-    used_ms: AtomicU64,
-}
-
-#[derive(Default)]
-struct Entries {
-    map: HashMap<Box<str>, Entry>,
-    counts: HashMap<Kind, usize>,
-    bytes: usize,
-}
-
-fn weight(key: &str, state: &State) -> usize {
-    ENTRY_OVERHEAD + key.len() + if let State::Known(Some(value)) = state { value.len() } else { 0 }
-}
-
-impl Entries {
-    fn remove(&mut self, key: &str) {
-        if let Some(entry) = self.map.remove(key) {
-            *self.counts.entry(entry.kind).or_default() -= 1;
-            self.bytes -= weight(key, &entry.state);
-        }
-    }
-
-    fn retain(&mut self, keep: impl Fn(&Entry) -> bool) {
-        let (counts, bytes) = (&mut self.counts, &mut self.bytes);
-        self.map.retain(|key, entry| {
-            let kept = keep(entry);
-            if !kept {
-                *counts.entry(entry.kind).or_default() -= 1;
-                *bytes -= weight(key, &entry.state);
-            }
-            kept
-        });
-    }
-
-    fn set(&mut self, key: &str, state: State) {
-        if let Some(entry) = self.map.get_mut(key) {
-            self.bytes = self.bytes + weight(key, &state) - weight(key, &entry.state);
-            entry.state = state;
-        }
-    }
-}
 
 /// The values kept, and the connections that vouch for them.
 #[derive(Clone)]
@@ -185,8 +115,8 @@ impl Tracker {
         self.0.capacity.keys > 0 || self.0.capacity.orgs > 0
     }
 
-    /// The value kept for `key`, if it may be trusted now: `Some(None)` says the key does not exist.
-    pub fn known(&self, key: &str) -> Option<Option<Arc<str>>> {
+    /// What is kept of `key`, if it may be trusted now.
+    pub fn known(&self, key: &str) -> Option<Known> {
         let now = self.0.ms(Instant::now());
         let (value, node, read_ms) = {
             let entries = self.0.entries.read().expect("kept values");
@@ -195,12 +125,12 @@ impl Tracker {
             entry.used_ms.store(now, Ordering::Relaxed);
             (value.clone(), entry.node, entry.read_ms)
         };
-        self.0.trusted(key, value.is_some(), node, read_ms, now).then_some(value)
+        self.0.trusted(key, &value, node, read_ms, now).then_some(value)
     }
 
     /// Starts keeping `key` (read with `cmd`, which reads that key alone) unless it is kept and trusted, or
     /// being read.
-    pub fn follow(&self, key: &str, cmd: Cmd, kind: Kind) {
+    pub fn keep(&self, key: &str, cmd: Cmd, kind: Kind) {
         let now = self.0.ms(Instant::now());
         let kept = {
             let entries = self.0.entries.read().expect("kept values");
@@ -208,7 +138,7 @@ impl Tracker {
         };
         match kept {
             Some((State::Pending(_), ..)) => return,
-            Some((State::Known(value), node, read_ms)) if self.0.trusted(key, value.is_some(), node, read_ms, now) => {
+            Some((State::Known(value), node, read_ms)) if self.0.trusted(key, &value, node, read_ms, now) => {
                 return;
             }
             // Full: nothing more of this kind is kept until an entry goes (no read, no task).
@@ -226,7 +156,7 @@ impl Tracker {
     /// Watches a key of the read model's condition, read with `cmd`: [`Self::changed`] wakes when it
     /// changes.
     pub fn watch(&self, key: &str, cmd: Cmd) {
-        self.follow(key, cmd, Kind::Watch);
+        self.keep(key, cmd, Kind::Watch);
     }
 
     /// Completes when a watched key changed, or something kept may have been lost, since the last call.
@@ -277,7 +207,8 @@ impl Tracker {
         let ours = entries.map.get(key).is_some_and(|e| e.state == State::Pending(token));
         match read {
             Ok((node, value)) if ours => {
-                entries.set(key, State::Known(value.map(Arc::from)));
+                let known = value.map_or(Known::Absent, |value| Known::Value(Arc::from(value)));
+                entries.set(key, State::Known(known));
                 if let Some(entry) = entries.map.get_mut(key) {
                     entry.node = node;
                 }
@@ -320,145 +251,6 @@ impl Tracker {
         }
         Err(std::io::Error::other("the key's slot kept moving").into())
     }
-
-    /// Keeps the tracking connections up and vouched for, for ever.
-    pub async fn maintain(self) {
-        let mut tick = tokio::time::interval(PROBE_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let (mut read_at, mut swept_at) = (None::<Instant>, Instant::now());
-        loop {
-            tick.tick().await;
-            if self.0.stale.load(Ordering::Acquire) || read_at.is_none_or(|at| at.elapsed() >= TOPOLOGY_EVERY) {
-                self.refresh().await;
-                read_at = Some(Instant::now());
-            }
-            self.probe();
-            if swept_at.elapsed() >= ABSENT_FOR {
-                self.0.sweep();
-                swept_at = Instant::now();
-            }
-            let nodes = self.0.topology.read().expect("topology").nodes.iter().filter(|n| n.alive()).count();
-            self.0.metrics.tracking_connections.set(nodes as i64);
-            self.0.metrics.kept_keys_bytes.set(self.bytes() as i64);
-        }
-    }
-
-    /// Probes every live connection that has no probe on its way.
-    fn probe(&self) {
-        let nodes = self.0.topology.read().expect("topology").nodes.clone();
-        for node in nodes.into_iter().filter(|n| n.alive()) {
-            if !node.start_probe() {
-                continue;
-            }
-            let shared = self.0.clone();
-            tokio::spawn(async move {
-                let sent = shared.ms(Instant::now());
-                match node.probe(sent).await {
-                    Ok(()) => {}
-                    Err(e) if e.is_cluster_error() || e.code() == Some("CLUSTERDOWN") => {
-                        // It no longer serves the slots it did: nothing read on it is trusted.
-                        shared.lost(node.id);
-                    }
-                    Err(e) if e.is_connection_dropped() || e.is_io_error() && !e.is_timeout() => shared.lost(node.id),
-                    Err(e) => tracing::debug!(error = %e, node = node.address, "a tracking connection's probe failed"),
-                }
-                node.end_probe();
-            });
-        }
-    }
-
-    /// Reads which connection serves which slot again (once at a time), connecting what is missing.
-    async fn refresh(&self) {
-        let _one = self.0.refreshing.lock().await;
-        self.0.stale.store(false, Ordering::Release);
-        let refreshed = match &self.0.target {
-            Target::Single(url) => self.single(url).await,
-            Target::Cluster(seeds) => self.cluster(seeds).await,
-        };
-        if let Err(e) = refreshed {
-            self.0.stale.store(true, Ordering::Release);
-            if let Some(skipped) = UNCONNECTED.allow() {
-                tracing::warn!(error = %e, skipped, "no connection for changes pushed by redis; requests read redis");
-            }
-        }
-    }
-
-    async fn single(&self, url: &str) -> RedisResult<()> {
-        if self.0.topology.read().expect("topology").nodes.first().is_some_and(|n| n.alive()) {
-            return Ok(());
-        }
-        let node = self.0.connect(url, None, None).await?;
-        *self.0.topology.write().expect("topology") = Topology::single(node);
-        // What is watched is watched again on the new connection, by the refresh this wakes.
-        self.0.changed.notify_one();
-        Ok(())
-    }
-
-    async fn cluster(&self, seeds: &[String]) -> RedisResult<()> {
-        let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
-        let live: Vec<Arc<Node>> =
-            self.0.topology.read().expect("topology").nodes.iter().filter(|n| n.alive()).cloned().collect();
-        let mut reply = None;
-        for node in &live {
-            if let Ok(found) = node.query(&slots).await {
-                reply = Some(found);
-                break;
-            }
-        }
-        let mut error = None;
-        if reply.is_none() {
-            for seed in seeds {
-                match self.0.connect(seed, None, None).await {
-                    Ok(node) => match node.query(&slots).await {
-                        Ok(found) => {
-                            reply = Some(found);
-                            break;
-                        }
-                        Err(e) => error = Some(e),
-                    },
-                    Err(e) => error = Some(e),
-                }
-            }
-        }
-        let Some(reply) = reply else {
-            return Err(error.unwrap_or_else(|| std::io::Error::other("no seed of the cluster answered").into()));
-        };
-        let mut nodes = Vec::new();
-        let mut connected = false;
-        for primary in shared::cluster_nodes::serving(&reply) {
-            let (address, ranges) = (primary.address(), primary.slots);
-            let existing = live.iter().find(|n| n.address == address && n.serves(&ranges)).cloned();
-            let node = match existing {
-                Some(node) => node,
-                None => {
-                    let probe = position_tag(&ranges).map(|tag| format!("{}:probe:{{{tag}}}", self.0.prefix));
-                    match self.0.connect(&seeds[0], Some(&address), probe.map(|p| (p, ranges.clone()))).await {
-                        Ok(node) => {
-                            connected = true;
-                            node
-                        }
-                        Err(e) => {
-                            error = Some(e);
-                            continue;
-                        }
-                    }
-                }
-            };
-            nodes.push((node, ranges));
-        }
-        let kept: Vec<u64> = nodes.iter().map(|(n, _)| n.id).collect();
-        for node in live.iter().filter(|n| !kept.contains(&n.id)) {
-            self.0.lost(node.id);
-        }
-        *self.0.topology.write().expect("topology") = Topology::cluster(nodes);
-        if connected {
-            self.0.changed.notify_one();
-        }
-        match error {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
 }
 
 impl Shared {
@@ -466,18 +258,13 @@ impl Shared {
         at.saturating_duration_since(self.started).as_millis() as u64
     }
 
-    /// Whether a value of `key` read at `read_ms` on connection `node` may answer at `now`: the connection
-    /// is alive, still serves the key's slot and answered a probe lately; a value that says the key does
-    /// not exist (`exists` false) is young enough.
-    fn trusted(&self, key: &str, exists: bool, node: u64, read_ms: u64, now: u64) -> bool {
-        if !exists && now.saturating_sub(read_ms) >= ABSENT_FOR.as_millis() as u64 {
-            return false;
-        }
+    /// Whether what was `known` of `key`, read at `read_ms` on connection `node`, may answer at `now`
+    /// ([`kept::vouched`], asked of the connection serving the key's slot now).
+    fn trusted(&self, key: &str, known: &Known, node: u64, read_ms: u64, now: u64) -> bool {
         let topology = self.topology.read().expect("topology");
-        let Some(serving) = topology.serving(key) else { return false };
-        let vouched = serving.vouched_ms();
-        let recent = vouched > 0 && now.saturating_sub(vouched) < TRUSTED_FOR.as_millis() as u64;
-        serving.id == node && serving.alive() && recent
+        let serving =
+            topology.serving(key).map(|n| Serving { node: n.id, alive: n.alive(), vouched_ms: n.vouched_ms() });
+        kept::vouched(known, node, read_ms, serving, now)
     }
 
     /// The most values of `kind` that may be kept.
@@ -581,13 +368,9 @@ impl Shared {
         let idle = IDLE.as_millis() as u64;
         let absent = ABSENT_FOR.as_millis() as u64;
         self.entries.write().expect("kept values").retain(|e| {
-            let stale_absence = e.state == State::Known(None) && now.saturating_sub(e.read_ms) >= absent;
+            let stale_absence = e.state == State::Known(Known::Absent) && now.saturating_sub(e.read_ms) >= absent;
             let idle = now.saturating_sub(e.used_ms.load(Ordering::Relaxed)) >= idle;
             e.kind == Kind::Watch || !idle && !stale_absence
         });
     }
 }
-
-#[cfg(test)]
-#[path = "tests.rs"]
-mod tests;
