@@ -101,7 +101,7 @@ async fn the_openapi_document_is_served_as_committed() {
     let response = app.get("/v1/openapi.json", None).await;
     assert_eq!(response.status(), 200);
     let served = response.text().await.unwrap();
-    let committed = include_str!("../../query-api/openapi.json");
+    let committed = include_str!("../../../query-api/openapi.json");
     assert_eq!(served, committed);
 }
 

@@ -1,6 +1,6 @@
 //! The read model heals itself when one primary of a Redis Cluster loses data (a flush, a restart from an
 //! older snapshot, a real failover to a lagging replica), on a cluster of the test's own, and only the
-//! organizations whose keys lived there wait meanwhile. As in `redis_faults`, each test ends converged,
+//! organizations whose keys lived there wait meanwhile. As in `faults::one_redis`, each test ends converged,
 //! with no wrong answer once the loss was detected.
 
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! of the test's own, a generated stream with duplicates, and a prober asking for every organization's
 //! studies throughout. Each test ends with the active generation digesting like a from-scratch build, and
 //! no valid key refused and no short list answered 200 once the loss was detected. The same on a Redis
-//! Cluster of the test's own: `cluster_faults`.
+//! Cluster of the test's own: `faults::cluster`.
 
 use std::time::{Duration, Instant};
 

@@ -13,7 +13,7 @@ use shared::Keyspace;
 
 /// The projector's write script, run as the projector runs it, for an outcome folded from `expected`.
 async fn write(conn: &mut Connection, state_key: &str, expected: &str) -> redis::Value {
-    let script = redis::Script::new(include_str!("../../projector/src/store/write.lua"));
+    let script = redis::Script::new(include_str!("../../../projector/src/store/write.lua"));
     let mut invocation = script.prepare_invoke();
     let hold = format!("{}:hold", state_key.rsplit_once(":study:").expect("a study's state key").0);
     invocation.key(state_key).key(state_key).key(state_key).key(state_key).key(hold).arg(expected).arg("9");
@@ -79,7 +79,7 @@ async fn the_write_script_writes_nothing_when_an_epoch_the_projector_wrote_is_go
     let mut conn = redis().await;
     let base = format!("{}:{{org}}", unique("lost"));
     let (state, epoch, hold) = (format!("{base}:study:s1"), format!("{base}:epoch"), format!("{base}:hold"));
-    let script = redis::Script::new(include_str!("../../projector/src/store/write.lua"));
+    let script = redis::Script::new(include_str!("../../../projector/src/store/write.lua"));
     let write = |written: &'static str, from: &'static str, as_of: &'static str| {
         let mut invocation = script.prepare_invoke();
         invocation.key(&state).key(&state).key(&state).key(&state).key(&hold).key(&epoch).arg(from).arg("1");
@@ -219,7 +219,7 @@ async fn the_write_script_writes_nothing_while_a_repair_holds_the_organization_e
     let mut conn = redis().await;
     let base = format!("{}:{{org}}", unique("held"));
     let (state, epoch, hold) = (format!("{base}:study:s1"), format!("{base}:epoch"), format!("{base}:hold"));
-    let script = redis::Script::new(include_str!("../../projector/src/store/write.lua"));
+    let script = redis::Script::new(include_str!("../../../projector/src/store/write.lua"));
     let write = |token: &'static str| {
         let mut invocation = script.prepare_invoke();
         invocation.key(&state).key(&state).key(&state).key(&state).key(&hold).key(&epoch).arg("0").arg("1");

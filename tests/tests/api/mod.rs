@@ -1,0 +1,14 @@
+//! The API as integrators call it.
+
+mod conventions;
+mod docs_page;
+mod edge;
+mod freshness;
+mod http;
+mod media;
+mod memory;
+mod pushed;
+mod read_cache;
+mod revocation;
+mod spec;
+mod transcripts;

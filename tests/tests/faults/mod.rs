@@ -1,0 +1,6 @@
+//! Faults of the read model's Redis while events flow and requests run: the read model heals itself.
+
+mod cluster;
+mod one_redis;
+mod resharding;
+mod resilience;

@@ -1,0 +1,13 @@
+//! The projection of events into the read model, and the projector's own commands (rebuild, repair).
+
+mod counting;
+mod crash_recovery;
+mod event_schemas;
+mod kafka_clients;
+mod late_events;
+mod projection;
+mod rebuild;
+mod repair;
+mod scale_out;
+mod store;
+mod transactions;

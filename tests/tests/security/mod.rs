@@ -1,0 +1,4 @@
+//! Redis over TLS, and the least-privilege Redis users the project ships.
+
+mod acl;
+mod tls;
