@@ -28,6 +28,10 @@ pub enum Loss {
     /// At start, the read model holds positions behind the consumer group's commits on `partitions`
     /// partitions (`first` described): lost while no projector looked.
     PositionsBehind { partitions: usize, first: String, generation: u64 },
+    /// A live projector that followed a switch to `generation` found it holding less than it had applied
+    /// on `partitions` partitions (`first` described): Redis lost what the rebuild wrote before its switch,
+    /// or the projector wrote to an older generation for a while.
+    SwitchedShort { partitions: usize, first: String, generation: u64 },
     /// An epoch this projector wrote is gone (a write found it so).
     EpochGone { key: String },
     /// The active generation found behind the one this projector writes (a restore of Redis).
@@ -91,6 +95,10 @@ impl fmt::Display for Loss {
                 f,
                 "positions behind the group's commits at start on {partitions} partitions ({first}) of generation {generation}"
             ),
+            Loss::SwitchedShort { partitions, first, generation } => write!(
+                f,
+                "a switch to generation {generation} holding less than was applied on {partitions} partitions ({first})"
+            ),
             Loss::EpochGone { key } => write!(f, "{key} is gone"),
             Loss::GenerationBack { from, to } => write!(f, "the active generation went back from {from} to {to}"),
             Loss::NewReadModel => f.write_str("a new read model"),
@@ -140,6 +148,12 @@ impl Loss {
             let (first, generation) = rest.rsplit_once(") of generation ")?;
             let (partitions, generation) = (partitions.parse().ok()?, generation.parse().ok()?);
             Loss::PositionsBehind { partitions, first: first.to_string(), generation }
+        } else if let Some(rest) = body.strip_prefix("a switch to generation ") {
+            let (generation, rest) = rest.split_once(" holding less than was applied on ")?;
+            let (partitions, first) = rest.split_once(" partitions (")?;
+            let first = first.strip_suffix(')')?;
+            let (partitions, generation) = (partitions.parse().ok()?, generation.parse().ok()?);
+            Loss::SwitchedShort { partitions, first: first.to_string(), generation }
         } else if let Some(rest) = body.strip_prefix("the active generation went back from ") {
             let (from, to) = rest.split_once(" to ")?;
             Loss::GenerationBack { from: from.parse().ok()?, to: to.parse().ok()? }
@@ -261,6 +275,7 @@ mod tests {
             Loss::Failover { node, run_id, slots: vec![(5461, 10922)] },
             Loss::PositionsLost { first: "t-study/2".into(), generation: 4, slots: vec![(100, 200)] },
             Loss::PositionsBehind { partitions: 2, first: "t/0 at nothing below 7".into(), generation: 1 },
+            Loss::SwitchedShort { partitions: 3, first: "t/1 at 4 below 9".into(), generation: 2 },
             Loss::EpochGone { key: "rm:g1:{o}:epoch".into() },
             Loss::GenerationBack { from: 3, to: 2 },
             Loss::NewReadModel,
@@ -279,6 +294,7 @@ mod tests {
             "failover to 127.0.0.1:7001 (abc) slots=5461-10922",
             "positions lost on t-study/2 of generation 4 slots=100-200",
             "positions behind the group's commits at start on 2 partitions (t/0 at nothing below 7) of generation 1",
+            "a switch to generation 2 holding less than was applied on 3 partitions (t/1 at 4 below 9)",
             "rm:g1:{o}:epoch is gone",
             "the active generation went back from 3 to 2",
             "a new read model",

@@ -68,7 +68,11 @@ async fn housekeeping(
     match control::signals(conn, &prefix).await {
         Ok(Signals { active, handover }) => {
             match active {
-                Some(active) if follow && active > projector.generation() => follow_up(projector, conn, active).await,
+                Some(active) if follow && active > projector.generation() => {
+                    if let Some(losses) = follow_up(projector, conn, active).await {
+                        heal.lost(&mut projector.healing(), losses).await?;
+                    }
+                }
                 Some(active) if follow && active < projector.generation() => {
                     let loss = Loss::GenerationBack { from: projector.generation(), to: active };
                     heal.lost(&mut projector.healing(), Losses::one(loss)).await?;
@@ -76,7 +80,7 @@ async fn housekeeping(
                 _ => {}
             }
             if let Some(target) = handover.filter(|t| follow && *t != projector.generation()) {
-                if !pause(projector, conn, id, target, stopped).await {
+                if !pause(projector, heal, conn, id, target, stopped).await? {
                     return Ok(false);
                 }
             }
@@ -131,11 +135,12 @@ async fn take_share(
 /// happens. False when shut down meanwhile.
 async fn pause(
     projector: &mut Projector,
+    heal: &mut Heal,
     conn: &mut Connection,
     id: &str,
     target: u64,
     stopped: &mut watch::Receiver<bool>,
-) -> bool {
+) -> Result<bool, Error> {
     projector.source.commit_applied();
     let prefix = projector.config.redis.key_prefix.clone();
     tracing::info!(target, "paused for a rebuild's handover");
@@ -144,7 +149,7 @@ async fn pause(
             tracing::warn!(error = %e, "could not report this projector's state");
         }
         tokio::select! {
-            _ = stopped.wait_for(|stop| *stop) => return false,
+            _ = stopped.wait_for(|stop| *stop) => return Ok(false),
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
         let signals = match control::signals(conn, &prefix).await {
@@ -155,7 +160,9 @@ async fn pause(
             }
         };
         if signals.active == Some(target) {
-            follow_up(projector, conn, target).await;
+            if let Some(losses) = follow_up(projector, conn, target).await {
+                heal.lost(&mut projector.healing(), losses).await?;
+            }
             break;
         }
         if signals.handover != Some(target) {
@@ -164,31 +171,39 @@ async fn pause(
         }
     }
     tracing::info!(generation = projector.generation(), "resumed");
-    true
+    Ok(true)
 }
 
-/// Writes to the newer generation `active` from the next batch on, reading again whatever it holds less
-/// of than this projector applied: a projector that wrote to an older generation for a while (it started
-/// while the pointer was behind) leaves no hole in the newer one.
-async fn follow_up(projector: &mut Projector, conn: &mut Connection, active: u64) {
+/// Writes to the newer generation `active` from the next batch on. A partition the generation holds less
+/// of than this projector applied is a loss of that generation, returned to be healed like any other:
+/// Redis lost what a rebuild wrote before its switch (a restart from an older snapshot landing during
+/// the handover), or this projector wrote to an older generation for a while (it started while the
+/// pointer was behind). Marked, it makes the API answer 503 where it would have served the hole.
+async fn follow_up(projector: &mut Projector, conn: &mut Connection, active: u64) -> Option<Losses> {
     projector.switch_generation(active);
     let positions = projector.source.positions();
     let assigned: Vec<_> = positions.keys().cloned().collect();
     match position::read(conn, projector.store.keys(), &assigned).await {
         Ok(held) => {
-            let behind: std::collections::HashMap<_, _> =
-                held.into_iter().filter(|(p, at)| at.is_none_or(|at| at < positions[p])).collect();
-            if !behind.is_empty() {
-                tracing::warn!(
-                    partitions = behind.len(),
-                    "the new generation holds less than was applied; reading again"
-                );
-                if let Err(e) = projector.source.rewind(&behind) {
-                    tracing::warn!(error = %e, "could not read partitions again for the new generation");
-                }
-            }
+            let mut behind: Vec<String> = held
+                .iter()
+                .filter(|(p, at)| at.is_none_or(|at| at < positions[*p]))
+                .map(|(p, at)| {
+                    format!("{p} at {} below {}", at.map_or("nothing".into(), |o| o.to_string()), positions[p])
+                })
+                .collect();
+            behind.sort();
+            let first = behind.first()?.clone();
+            tracing::warn!(partitions = behind.len(), %first, "the new generation holds less than was applied");
+            Some(Losses::one(Loss::SwitchedShort { partitions: behind.len(), first, generation: active }))
         }
-        Err(e) => tracing::warn!(error = %e, "could not read the new generation's positions"),
+        Err(e) => {
+            // Not known to hold what was applied: healed as if it did not (the next look would record this
+            // projector's positions in it, vouching for what it may not hold).
+            tracing::warn!(error = %e, "could not read the new generation's positions; reading again from them");
+            let first = "its positions not read".to_string();
+            Some(Losses::one(Loss::SwitchedShort { partitions: assigned.len(), first, generation: active }))
+        }
     }
 }
 

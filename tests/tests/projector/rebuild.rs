@@ -279,3 +279,46 @@ async fn a_switch_undone_by_a_restore_before_any_projector_followed_it_is_served
     .await;
     assert_eq!(generation().await, Some(1));
 }
+
+/// A live projector that follows a switch to a generation holding less than it applied (Redis lost what
+/// a rebuild wrote before the switch) marks the loss and heals it: the API answers 503 until the
+/// generation holds everything again, never 401 to a live key or a shorter list.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_switch_to_a_generation_holding_less_than_was_applied_is_healed_as_a_loss_and_never_served_short() {
+    let messages = fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let prefix = end_to_end::unique("short");
+    let config = runner::config(&topics, &prefix, &end_to_end::unique("g"));
+    let projector = runner::spawn(config).await;
+    projector.wait_until_consumed(messages.len() as u64, Duration::from_secs(60)).await;
+    let app = spawn_app(api::config(&prefix, &env("REDIS_URL"))).await;
+    app.wait_serving(Duration::from_secs(30)).await;
+    let total = || async {
+        let response = app.get("/v1/studies", Some(fixture::ACME_KEY)).await;
+        let status = response.status().as_u16();
+        (status, response.json::<Value>().await.ok().and_then(|body| body["pagination"]["total"].as_u64()))
+    };
+    let (status, full) = total().await;
+    assert_eq!(status, 200);
+
+    // A rebuild switched to generation 2, and Redis lost everything it had written: only the pointer is left.
+    let _: () = redis().await.set(Keyspace::active_generation(&prefix), 2).await.unwrap();
+    eventually(Duration::from_secs(30), "the API to answer 503 while generation 2 heals", || async {
+        (total().await.0 == 503).then_some(())
+    })
+    .await;
+    let wrong = std::sync::Mutex::new(Vec::new());
+    eventually(Duration::from_secs(60), "generation 2 to be served whole", || async {
+        match total().await {
+            (200, total) if total == full => return Some(()),
+            (503, _) => {}
+            other => wrong.lock().unwrap().push(other),
+        }
+        None
+    })
+    .await;
+    let wrong = wrong.into_inner().unwrap();
+    assert!(wrong.is_empty(), "answers while generation 2 healed, other than 503: {wrong:?}");
+    let losses = end_to_end::metrics::sample(&projector.metrics_text(), "projector_redis_losses_total", &[]);
+    assert!(losses >= 1.0, "the loss is counted: {losses}");
+}
