@@ -100,7 +100,12 @@ async fn postpone(
 
 /// Writes the rebuild's whole state with its phase (not the phase alone): a Redis that lost the state
 /// meanwhile gets it back, so that the live projectors see the handover.
-async fn set_phase(conn: &mut Connection, rebuild_key: &str, projector: &Projector, phase: &str) -> Result<(), Error> {
+pub(super) async fn set_phase(
+    conn: &mut Connection,
+    rebuild_key: &str,
+    projector: &Projector,
+    phase: &str,
+) -> Result<(), Error> {
     let fields = [
         ("generation", projector.generation().to_string()),
         ("group", projector.config.group_id.clone()),

@@ -77,6 +77,12 @@ pub enum Notice {
         generation: u64,
         loss: Losses,
     },
+    /// Redis or the broker was away for a while (a restart, a failover): the rebuild goes on from what its
+    /// generation holds.
+    Interrupted {
+        generation: u64,
+        error: String,
+    },
 }
 
 impl std::fmt::Display for Notice {
@@ -104,6 +110,9 @@ impl std::fmt::Display for Notice {
             Notice::Deleted { generation, keys } => write!(f, "deleted generation {generation} ({keys} keys)"),
             Notice::ReadingAgain { generation, loss } => {
                 write!(f, "generation {generation}: Redis lost data ({loss}); reading again from what it holds")
+            }
+            Notice::Interrupted { generation, error } => {
+                write!(f, "generation {generation}: interrupted ({error}); going on from what it holds")
             }
         }
     }
@@ -264,18 +273,31 @@ async fn rebuild(
     loop {
         lock.ensure_held()?;
         let stepped = projector.step(&mut watch, stopped, Duration::from_millis(200)).await;
-        match &stepped {
+        let lost = match &stepped {
             Step::Stopped => return Ok(None),
-            Step::Lost(losses) => read_again(&mut projector, &mut watch, losses.clone(), notify).await?,
-            Step::Applied(_) | Step::Idle => {}
-        }
-        if last_recorded.elapsed() >= Duration::from_secs(1) {
-            last_recorded = Instant::now();
-            let keys = projector.store.keys().clone();
-            match watch.losses(&keys, &projector.source.positions()).await {
-                Ok(losses) if !losses.is_empty() => read_again(&mut projector, &mut watch, losses, notify).await?,
-                Ok(_) => {}
-                Err(e) => tracing::warn!(error = %e, "could not record the rebuild's positions"),
+            Step::Lost(losses) => Some(losses.clone()),
+            Step::Applied(_) | Step::Idle => None,
+        };
+        let lost = match lost {
+            None if last_recorded.elapsed() >= Duration::from_secs(1) => {
+                last_recorded = Instant::now();
+                let keys = projector.store.keys().clone();
+                match watch.losses(&keys, &projector.source.positions()).await {
+                    Ok(losses) if !losses.is_empty() => Some(losses),
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not record the rebuild's positions");
+                        None
+                    }
+                }
+            }
+            lost => lost,
+        };
+        if let Some(losses) = lost {
+            if let Err(e) = read_again(&mut projector, &mut watch, losses, notify).await {
+                if !ride_out(&mut projector, &mut watch, lock, e, stopped, notify).await? {
+                    return Ok(None);
+                }
             }
         }
         // The exact lag takes a broker round trip per partition: measure it once a second while full
@@ -291,8 +313,17 @@ async fn rebuild(
             last_report = Instant::now();
         }
         if remaining <= options.handover_lag {
-            if handover::run(config, options, conn, lock, &mut projector, &mut watch, stopped, notify).await? {
-                break;
+            match handover::run(config, options, conn, lock, &mut projector, &mut watch, stopped, notify).await {
+                Ok(true) => break,
+                Ok(false) => {}
+                Err(e) => {
+                    // The live projectors resume while this rebuild waits (best effort: the phase is
+                    // written again at the next handover).
+                    let _ = handover::set_phase(conn, &rebuild_key, &projector, control::BUILDING).await;
+                    if !ride_out(&mut projector, &mut watch, lock, e, stopped, notify).await? {
+                        return Ok(None);
+                    }
+                }
             }
             if *stopped.borrow() {
                 return Ok(None);
@@ -324,6 +355,42 @@ async fn rebuild(
         }
     }
     Ok(Some((generation, old)))
+}
+
+/// Redis or the broker away for a while (a restart, a failover) while the rebuild builds: it waits, then
+/// goes on from what its generation holds, under the same lock, rather than exit and leave the operator to
+/// run it again. True once it goes on; false when shut down meanwhile; an error that is not passing, or
+/// the lock lost (Redis away longer than its expiry, or another rebuild took it), ends the rebuild.
+async fn ride_out(
+    projector: &mut Projector,
+    watch: &mut Watch,
+    lock: &Lock,
+    mut error: Error,
+    stopped: &mut watch::Receiver<bool>,
+    notify: Notify<'_>,
+) -> Result<bool, Error> {
+    let mut backoff = Backoff::new();
+    loop {
+        if !super::passing(&error) {
+            return Err(error);
+        }
+        lock.ensure_held()?;
+        notify(Notice::Interrupted { generation: projector.generation(), error: error.to_string() });
+        if !backoff.wait(stopped).await {
+            return Ok(false);
+        }
+        let everything: Vec<_> = projector.source.partitions()?.to_vec();
+        let mut conn = watch.conn();
+        match position::read(&mut conn, projector.store.keys(), &everything).await {
+            Ok(starts) => {
+                projector.source.rewind(&starts)?;
+                watch.forget_all();
+                projector.store.forget_epochs();
+                return Ok(true);
+            }
+            Err(e) => error = e.into(),
+        }
+    }
 }
 
 /// After Redis lost data of the generation being built: reads every partition again from what Redis

@@ -322,3 +322,58 @@ async fn a_switch_to_a_generation_holding_less_than_was_applied_is_healed_as_a_l
     let losses = end_to_end::metrics::sample(&projector.metrics_text(), "projector_redis_losses_total", &[]);
     assert!(losses >= 1.0, "the loss is counted: {losses}");
 }
+
+/// Redis restarting while a rebuild hands over (every connection cut, nothing lost): the rebuild goes on
+/// from what its generation holds and switches, rather than exit with the broken connection, and the
+/// generation it switched to equals a build from scratch. The handover is held open by a live projector's
+/// report that does not pause (written by the test) until Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_rides_out_a_redis_restart_during_its_handover_and_switches_to_a_whole_generation() {
+    let mut own = OwnRedis::start();
+    let messages = fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let total = messages.len() as u64;
+    let prefix = end_to_end::unique("rb-restart");
+    let mut config = runner::config(&topics, &prefix, &end_to_end::unique("g"));
+    (config.redis.url, config.redis.cluster) = (own.url().into(), false);
+    runner::build(config.clone(), total, Duration::from_secs(60)).await;
+
+    let client = ::redis::Client::open(own.url()).unwrap();
+    let projectors = Keyspace::projectors(&prefix);
+    let report = || {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+        let report = projector::Instance {
+            group: config.group_id.clone(),
+            generation: 1,
+            paused: false,
+            heartbeat: now,
+            last_progress: now,
+            partitions: 9,
+            latest_event: 0.0,
+            caught_up: true,
+        };
+        serde_json::to_string(&report).unwrap()
+    };
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = conn.hset(&projectors, "never-pauses", report()).await.unwrap();
+    let rebuild = tokio::spawn(runner::rebuild_noting(config.clone()));
+    eventually(Duration::from_secs(60), "the rebuild to wait in its handover", || async {
+        let mut conn = client.get_multiplexed_async_connection().await.ok()?;
+        let _: () = conn.hset(&projectors, "never-pauses", report()).await.ok()?;
+        let phase: Option<String> = conn.hget(Keyspace::rebuild(&prefix), "phase").await.ok()?;
+        (phase.as_deref() == Some("handover")).then_some(())
+    })
+    .await;
+    own.kill();
+    own.restart();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = conn.hdel(&projectors, "never-pauses").await.unwrap();
+
+    let (switched, notices) = rebuild.await.expect("the rebuild task");
+    assert_eq!(switched.expect("the rebuild rides out the restart"), Some(2), "{notices:#?}");
+    let settings = shared::connection::Settings { timeout: Duration::from_secs(5), cluster_retries: 10 };
+    let target = shared::redis_url::Target::new(&own.url(), false);
+    let mut conn = shared::connection::Connection::connect(&target, settings).await.unwrap();
+    let rebuilt = runner::digest_of(&mut conn, &Keyspace::new(prefix.clone(), 2)).await.unwrap().to_string();
+    assert_eq!(rebuilt, scratch_digest(&topics, total).await, "generation 2 equals a build from scratch");
+}
