@@ -24,6 +24,8 @@
 //! since it last looked (a restart, a failover, a flush). If it did, the batch is dropped unwritten: folded
 //! onto lost state it would be wrong for good. The caller heals, and the batch is read again.
 
+mod decode;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -32,7 +34,6 @@ use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use shared::loss::{Loss, Losses};
-use shared::{decode, Decoded, Event, Topic};
 use tokio::sync::watch;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
@@ -45,6 +46,8 @@ use crate::source::{DeadLetterLimit, DeadLetterWriter, Seen};
 use crate::store::{Applied, Group, Store, StoreError};
 /// The question asked before every write: the store's, named here too as the batch's guard.
 pub use crate::store::{Doubt, Guard};
+pub use decode::group;
+use decode::{count, decode_all, DecodedBatch, Letter};
 
 /// What one call of [`step`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -380,78 +383,6 @@ async fn write_all<'a>(
         }
     }
     Ok((applied, refused))
-}
-
-/// A message to set aside: its letter, which record it is, and its topic and type for the metrics.
-struct Letter {
-    letter: DeadLetter,
-    origin: usize,
-    topic: Topic,
-    kind: String,
-}
-
-/// A batch decoded: the events to apply with the index of the record each came from, the poison, and
-/// the events of a type this service does not know (index and type).
-struct DecodedBatch {
-    events: Vec<Event>,
-    origins: Vec<usize>,
-    letters: Vec<Letter>,
-    skipped: Vec<(usize, String)>,
-}
-
-/// Decodes every record.
-fn decode_all(records: &[Record<'_>]) -> DecodedBatch {
-    let mut events = Vec::with_capacity(records.len());
-    let mut origins = Vec::with_capacity(records.len());
-    let (mut letters, mut skipped) = (Vec::new(), Vec::new());
-    for (i, record) in records.iter().enumerate() {
-        let decoded = match record.value {
-            Some(value) => decode(record.topic, record.key, value),
-            None => Err(shared::Poison("message has no value".into())),
-        };
-        match decoded {
-            Ok(Decoded::Event(event)) => {
-                events.push(event);
-                origins.push(i);
-            }
-            Ok(Decoded::Unknown { envelope }) => {
-                tracing::info!(topic = record.topic_name, kind = %envelope.kind, event_id = %envelope.event_id, "skipped an event of an unknown type");
-                skipped.push((i, envelope.kind));
-            }
-            Err(poison) => {
-                tracing::warn!(topic = record.topic_name, partition = record.partition, offset = record.offset, reason = %poison, "poison message");
-                let (topic, kind) = (record.topic, claimed_type(record));
-                letters.push(Letter { letter: DeadLetter::new(record, poison.0), origin: i, topic, kind });
-            }
-        }
-    }
-    DecodedBatch { events, origins, letters, skipped }
-}
-
-fn count(tally: &mut Tally, topic: Topic, kind: &str, outcome: Outcome) {
-    *tally.entry((topic, shared::events::type_label(kind), outcome)).or_default() += 1;
-}
-
-/// The `type` a poison message claims, if its value is a JSON object with one; for the metrics only.
-fn claimed_type(record: &Record<'_>) -> String {
-    let claimed = record.value.and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok());
-    claimed.as_ref().and_then(|v| Some(v.get("type")?.as_str()?.to_string())).unwrap_or_default()
-}
-
-/// Groups a batch's events by aggregate, keeping each aggregate's events in arrival order.
-pub fn group(events: &[Event]) -> Vec<Group<'_>> {
-    let mut index: HashMap<(Topic, &str), usize> = HashMap::new();
-    let mut groups: Vec<Group<'_>> = Vec::new();
-    for event in events {
-        let topic = event.body.topic();
-        let id = event.envelope.aggregate_id.as_str();
-        let i = *index.entry((topic, id)).or_insert_with(|| {
-            groups.push(Group { topic, aggregate_id: id, events: Vec::new() });
-            groups.len() - 1
-        });
-        groups[i].events.push(event);
-    }
-    groups
 }
 
 /// Retrying something that failed for a reason outside the batch (Redis or the broker away): each
