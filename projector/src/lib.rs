@@ -4,14 +4,16 @@
 //! # Layout
 //!
 //! - [`batch`]: one batch's life, top to bottom: take messages from the broker, set poison aside, fold
-//!   each aggregate's events and write them, count, commit. Start reading here.
+//!   each aggregate's events and write them, count, commit. Start reading here (`batch/mod.rs`; the
+//!   decoding and grouping are `batch/decode.rs`).
 //! - `source`: everything said to the broker (the only code that knows librdkafka): the consumer and
 //!   its batches, assignment, offsets, lag, and the dead-letter topics.
 //! - `fold`: the projection as pure logic: an aggregate's state, how each event changes it, and what the
 //!   read model must hold afterwards (documents, index entries, WebVTT cues).
 //! - `store`: the Redis side: owners, the write script and the only Rust that knows its arguments,
-//!   conflict retries, the guard asked before writing (`store/guard.rs`), generations and their digest,
-//!   and the positions and healing entries the read model holds itself.
+//!   conflict retries, the guard asked before writing (`store/guard.rs`), which errors are tried again
+//!   (`store/error.rs`), generations and their digest, and the positions and healing entries the read
+//!   model holds itself.
 //! - `run`: the long-running modes, `live` and `rebuild` (with its handover), and how instances share
 //!   partitions and coordinate through Redis.
 //! - `heal`: how the read model heals after Redis lost data: `heal/look.rs` looks (before every batch
