@@ -74,6 +74,13 @@ pub struct Config {
     #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub header_read_timeout_ms: u64,
 
+    /// Longest a kept-alive connection may wait for its next request, in milliseconds; past it the
+    /// connection is closed. Set it above the idle timeout of the load balancer in front (an AWS ALB's
+    /// is 60 s), so that the balancer, not the API, closes an idle connection: a request the balancer
+    /// sends just as the API closes it would fail.
+    #[arg(long, env = "KEEP_ALIVE_TIMEOUT_MS", default_value_t = 75_000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keep_alive_timeout_ms: u64,
+
     /// Longest a request may take, in milliseconds; past it the answer is 503 with Retry-After.
     #[arg(long, env = "REQUEST_TIMEOUT_MS", default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(1..))]
     pub request_timeout_ms: u64,
@@ -127,8 +134,12 @@ impl Config {
         self.redis.validate()
     }
 
-    pub fn header_read_timeout(&self) -> Duration {
-        Duration::from_millis(self.header_read_timeout_ms)
+    /// The connection's clocks: a request head's, and an idle kept-alive connection's.
+    pub fn clocks(&self) -> crate::edge::accept::Clocks {
+        crate::edge::accept::Clocks {
+            header: Duration::from_millis(self.header_read_timeout_ms),
+            keep_alive: Duration::from_millis(self.keep_alive_timeout_ms),
+        }
     }
 
     pub fn request_timeout(&self) -> Duration {

@@ -122,7 +122,7 @@ pub async fn run(
         });
     }
     let app = edge::app(state, &config);
-    edge::accept::serve(listener, app, config.header_read_timeout(), config.shutdown_drain(), shutdown).await;
+    edge::accept::serve(listener, app, config.clocks(), config.shutdown_drain(), shutdown).await;
     match refused.get() {
         Some(refusal) => Err(anyhow::anyhow!("cannot connect to the read model's Redis at {target}: {refusal}")),
         None => Ok(()),

@@ -1,6 +1,7 @@
-//! Serving a router over HTTP/1.1 with a header-read timeout: a client that opens a connection and sends
-//! its request head slowly, or not at all (slowloris), is disconnected after `HEADER_READ_TIMEOUT_MS`
-//! instead of holding the connection for ever. On shutdown the listener stops accepting and the requests in
+//! Serving a router over HTTP/1.1 with a connection's two clocks ([`super::deadlines`]): a client that
+//! sends its request head slowly (slowloris) is disconnected after `HEADER_READ_TIMEOUT_MS` instead of
+//! holding the connection for ever, and a kept-alive connection is closed once idle for
+//! `KEEP_ALIVE_TIMEOUT_MS`. On shutdown the listener stops accepting and the requests in
 //! flight are finished, for at most `SHUTDOWN_DRAIN_MS`: past it the server stops with them unfinished.
 
 use std::future::Future;
@@ -17,12 +18,21 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use super::deadlines::Deadlines;
+
+/// How long a connection may take over a request head, and may wait idle for its next request.
+#[derive(Debug, Clone, Copy)]
+pub struct Clocks {
+    pub header: Duration,
+    pub keep_alive: Duration,
+}
+
 /// Serves `router` on `listener` until `shutdown` completes, then waits for the connections in flight for
 /// at most `drain`.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    header_timeout: Duration,
+    clocks: Clocks,
     drain: Duration,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -47,9 +57,11 @@ pub async fn serve(
             request.extensions_mut().insert(ConnectInfo(peer));
             request
         });
+        // hyper's header timeout would also run while the connection waits idle: the stream keeps the clocks.
+        let stream = Deadlines::new(stream, clocks.header, clocks.keep_alive);
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
+            .header_read_timeout(None)
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let connection = graceful.watch(connection);
         tokio::spawn(async move {

@@ -3,6 +3,7 @@
 
 pub mod accept;
 pub mod conditional;
+mod deadlines;
 pub mod freshness;
 pub mod limits;
 pub mod metrics;

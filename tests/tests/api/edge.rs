@@ -200,6 +200,62 @@ async fn a_client_that_never_finishes_its_request_head_is_disconnected() {
     assert_eq!(app.get("/livez", None).await.status(), 200);
 }
 
+/// Reads one whole response from `socket` (head and a `Content-Length` body); what it read, or `None` when
+/// the server closed the connection first.
+async fn read_response(socket: &mut tokio::net::TcpStream) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut read = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&read).to_string();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|line| {
+                    line.to_ascii_lowercase().strip_prefix("content-length:").map(|n| n.trim().to_string())
+                })
+                .and_then(|n| n.parse::<usize>().ok())
+                .unwrap_or(0);
+            if read.len() >= end + 4 + length {
+                return Some(text);
+            }
+        }
+        match tokio::time::timeout(Duration::from_secs(10), socket.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(n)) => read.extend_from_slice(&buffer[..n]),
+            Err(_) => panic!("no response within 10 s: {:?}", String::from_utf8_lossy(&read)),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_idle_longer_than_the_header_timeout_is_served_and_closed_past_its_own() {
+    use tokio::io::AsyncWriteExt;
+    let mut api = config(&unique("keep-alive"), "redis://127.0.0.1:1");
+    (api.header_read_timeout_ms, api.keep_alive_timeout_ms) = (300, 2_000);
+    let app = spawn_app(api).await;
+    let address = app.address.trim_start_matches("http://").to_string();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = b"GET /livez HTTP/1.1\r\nHost: api\r\n\r\n";
+    socket.write_all(request).await.unwrap();
+    let first = read_response(&mut socket).await.expect("the first response");
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    // A client's pool keeps the connection and reuses it later, as load balancers and HTTP clients do:
+    // the time a kept-alive connection waits for its next request is not a slow request head.
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let sent = socket.write_all(request).await;
+    let second = match sent {
+        Ok(()) => read_response(&mut socket).await,
+        Err(_) => None,
+    };
+    assert!(second.as_deref().is_some_and(|r| r.starts_with("HTTP/1.1 200")), "closed while idle: {second:?}");
+    // Idle past the keep-alive clock, the connection is closed, quietly (no 408, no reset).
+    let idle = std::time::Instant::now();
+    assert_eq!(read_response(&mut socket).await, None, "the connection is closed");
+    let waited = idle.elapsed();
+    assert!(waited >= Duration::from_millis(1_900) && waited < Duration::from_secs(8), "closed after {waited:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_a_per_key_rate_limit_a_key_past_its_burst_gets_429_with_retry_after_and_others_do_not() {
     let world = World::start(&fixture::dataset()).await;
