@@ -53,11 +53,11 @@ impl<S> Deadlines<S> {
         }
     }
 
-    /// Moves the state on by the bytes just read.
-    fn read(&mut self, bytes: &[u8], now: Instant) {
+    /// Moves the state on by the bytes just read; `now` is asked for only when a head begins.
+    fn read(&mut self, bytes: &[u8], now: impl FnOnce() -> Instant) {
         let (started, mut after_newline) = match self.state {
             State::Busy => return,
-            State::Idle(_) => (now, false),
+            State::Idle(_) => (now(), false),
             State::Head(started, after_newline) => (started, after_newline),
         };
         for &byte in bytes {
@@ -89,35 +89,37 @@ impl<S: AsyncRead + Unpin> AsyncRead for Deadlines<S> {
         let before = buf.filled().len();
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                let now = Instant::now();
-                self.read(&buf.filled()[before..], now);
+                let read = buf.filled().len() - before;
+                let filled = buf.filled();
+                self.read(&filled[filled.len() - read..], Instant::now);
                 Poll::Ready(Ok(()))
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
-                let Some((at, head)) = self.deadline() else {
-                    // No clock while a request is handled, but the timer stays registered with this task
-                    // (set far off once it has fired), so that the response's write only moves it.
-                    if self.sleep.is_elapsed() {
-                        self.armed = Instant::now() + self.keep_alive;
-                        let armed = self.armed;
-                        self.sleep.as_mut().reset(armed);
-                    }
-                    let _ = self.sleep.as_mut().poll(cx);
-                    return Poll::Pending;
-                };
-                if self.armed != at {
-                    self.armed = at;
-                    self.sleep.as_mut().reset(at);
+                let deadline = self.deadline();
+                // The timer is kept no later than the deadline: moved earlier at once, moved later only
+                // once it fires (then it only wakes this task to be set again), so that a kept-alive
+                // connection's requests do not each move it.
+                if deadline.is_some_and(|(at, _)| at < self.armed) {
+                    self.arm(deadline.map(|(at, _)| at));
                 }
-                match self.sleep.as_mut().poll(cx) {
-                    Poll::Pending => Poll::Pending,
-                    Poll::Ready(()) if head => Poll::Ready(Err(io::Error::new(
+                if self.sleep.as_mut().poll(cx).is_pending() {
+                    return Poll::Pending;
+                }
+                match deadline {
+                    Some((at, true)) if at <= self.armed => Poll::Ready(Err(io::Error::new(
                         io::ErrorKind::TimedOut,
                         "the request head was not sent in time",
                     ))),
                     // The end of the stream: hyper closes an idle connection quietly.
-                    Poll::Ready(()) => Poll::Ready(Ok(())),
+                    Some((at, false)) if at <= self.armed => Poll::Ready(Ok(())),
+                    // Fired before the deadline, or while a request is handled (no clock then, but the
+                    // timer stays registered with this task, so that it wakes it once the answer is sent).
+                    _ => {
+                        self.arm(deadline.map(|(at, _)| at));
+                        let _ = self.sleep.as_mut().poll(cx);
+                        Poll::Pending
+                    }
                 }
             }
         }
@@ -155,16 +157,19 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Deadlines<S> {
 }
 
 impl<S> Deadlines<S> {
-    /// A response written (or a part of it): the connection waits for the next request from now on.
+    /// A response written (or a part of it): the connection waits for the next request from now on. The
+    /// timer is left as it is: it is no later than this deadline, and registered with the connection's task.
     fn wrote(&mut self, written: &Poll<io::Result<usize>>) {
         if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
-            let now = Instant::now();
-            self.state = State::Idle(now);
-            // hyper may be waiting on a read it polled before the write: the timer must wake it.
-            self.armed = now + self.keep_alive;
-            let armed = self.armed;
-            self.sleep.as_mut().reset(armed);
+            self.state = State::Idle(Instant::now());
         }
+    }
+
+    /// Sets the timer to `at`, or while a request is handled (no deadline) to a keep-alive from now.
+    fn arm(&mut self, at: Option<Instant>) {
+        self.armed = at.unwrap_or_else(|| Instant::now() + self.keep_alive);
+        let armed = self.armed;
+        self.sleep.as_mut().reset(armed);
     }
 }
 
@@ -188,7 +193,7 @@ mod tests {
             let mut stream = deadlines();
             let now = Instant::now();
             for chunk in chunks {
-                stream.read(chunk.as_bytes(), now);
+                stream.read(chunk.as_bytes(), || now);
             }
             assert_eq!(stream.state == State::Busy, busy, "{chunks:?}");
         }
@@ -200,12 +205,12 @@ mod tests {
         let start = Instant::now();
         stream.state = State::Idle(start);
         assert_eq!(stream.deadline(), Some((start + Duration::from_secs(75), false)));
-        stream.read(b"GET / HT", start);
+        stream.read(b"GET / HT", || start);
         assert_eq!(stream.deadline(), Some((start + Duration::from_secs(5), true)));
         // The rest of the head later does not restart its clock.
-        stream.read(b"TP/1.1\r\n", start + Duration::from_secs(3));
+        stream.read(b"TP/1.1\r\n", || start + Duration::from_secs(3));
         assert_eq!(stream.deadline(), Some((start + Duration::from_secs(5), true)));
-        stream.read(b"\r\n", start + Duration::from_secs(4));
+        stream.read(b"\r\n", || start + Duration::from_secs(4));
         assert_eq!(stream.deadline(), None, "no clock while the request is handled");
         stream.wrote(&Poll::Ready(Ok(10)));
         assert!(matches!(stream.deadline(), Some((_, false))), "idle again once answered");
