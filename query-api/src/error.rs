@@ -114,6 +114,7 @@ impl From<AuthError> for ApiError {
             AuthError::Unauthorized => ApiError::Unauthorized,
             AuthError::RateLimited(refused) => ApiError::TooManyRequests(refused.wait),
             AuthError::Throttled(wait) => ApiError::Throttled(wait),
+            AuthError::IndexLost => ApiError::NotReady("the key index was lost and is not projected again yet"),
             AuthError::Redis(e) => ApiError::Unavailable(e),
         }
     }

@@ -7,13 +7,14 @@ pub mod client;
 pub mod credential;
 pub mod rate_limit;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shared::Keyspace;
 
 use crate::metrics::Metrics;
-use crate::read::model::{self, ReadModel};
+use crate::read::model::{self, KeyLookup, ReadModel};
 use crate::read::push::{Kind, Known, Tracker};
 use client::Client;
 use rate_limit::{RateLimit, Refused, Standing, UnknownKeys};
@@ -39,6 +40,10 @@ pub enum AuthError {
     /// long.
     #[error("too many unknown API keys from this client lately")]
     Throttled(Duration),
+    /// The key index held keys in this generation and is gone: Redis lost it, and no projector has
+    /// marked the loss yet. Whether the key is valid is not known.
+    #[error("the key index was lost and is not projected again yet")]
+    IndexLost,
     #[error(transparent)]
     Redis(#[from] redis::RedisError),
 }
@@ -51,6 +56,9 @@ pub struct Auth {
     unknown: Option<UnknownKeys>,
     /// The proxies whose `X-Forwarded-For` names the client.
     trusted_proxies: Vec<ipnet::IpNet>,
+    /// The last generation whose key index this instance saw holding keys (its epoch): without its epoch
+    /// later, it was lost. One that never held a key (no key event yet) has no epoch either.
+    index_seen: AtomicU64,
     metrics: Arc<Metrics>,
 }
 
@@ -63,7 +71,7 @@ impl Auth {
         trusted_proxies: Vec<ipnet::IpNet>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { model, kept, per_key, unknown, trusted_proxies, metrics }
+        Self { model, kept, per_key, unknown, trusted_proxies, index_seen: AtomicU64::new(0), metrics }
     }
 
     /// Who sent a request from `peer` with `headers` ([`client`]).
@@ -102,7 +110,24 @@ impl Auth {
                     unknown.admits(client, now).map_err(AuthError::Throttled)?;
                 }
                 self.metrics.key_lookups_redis.inc();
-                let org = self.model.organization_of(&keys, &sha256).await?;
+                let generation = keys.generation();
+                let org = match self.model.key_lookup(&keys, &sha256).await? {
+                    // Not kept either: the absence is the loss's, not the key's.
+                    KeyLookup::IndexMissing if self.index_seen.load(Ordering::Relaxed) == generation => {
+                        return Err(AuthError::IndexLost);
+                    }
+                    KeyLookup::IndexMissing => None,
+                    found => {
+                        // The index has its epoch: it holds keys.
+                        if self.index_seen.load(Ordering::Relaxed) != generation {
+                            self.index_seen.store(generation, Ordering::Relaxed);
+                        }
+                        match found {
+                            KeyLookup::Organization(id) => Some(id),
+                            _ => None,
+                        }
+                    }
+                };
                 // Kept from a read of its own, on the connection Redis pushes the key's changes on.
                 if let Some(kept) = &self.kept {
                     kept.keep(&entry, model::organization_of(&keys, &sha256), Kind::Key);

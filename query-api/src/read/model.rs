@@ -19,7 +19,9 @@ use shared::scope::Scope;
 use shared::Keyspace;
 use tokio::sync::OnceCell;
 
-use super::scripts::{INTERVIEWS_PAGE_SCRIPT, ONE_INTERVIEW_SCRIPT, ONE_STUDY_SCRIPT, STUDIES_PAGE_SCRIPT};
+use super::scripts::{
+    INTERVIEWS_PAGE_SCRIPT, KEY_LOOKUP_SCRIPT, ONE_INTERVIEW_SCRIPT, ONE_STUDY_SCRIPT, STUDIES_PAGE_SCRIPT,
+};
 use super::transcript::{Long, Transcript};
 use super::Span;
 
@@ -46,6 +48,17 @@ pub fn organization_of(keys: &Keyspace, sha256: &str) -> redis::Cmd {
     let mut cmd = redis::cmd("HGET");
     cmd.arg(keys.api_key_sha(sha256)).arg("org");
     cmd
+}
+
+/// What a lookup of an API key found.
+#[derive(Debug, PartialEq)]
+pub enum KeyLookup {
+    /// A live key of this organization.
+    Organization(String),
+    /// No live key by that SHA-256, in an index that holds keys.
+    Unknown,
+    /// No such key, and no key index either: it was lost, or has never held a key.
+    IndexMissing,
 }
 
 /// The read of an organization's epoch (`GET`): what the API keeps in memory, Redis pushing its changes.
@@ -184,9 +197,16 @@ impl ReadModel {
         settled(call, self.cluster()).await
     }
 
-    /// The organization of a live API key, by the key's SHA-256.
-    pub async fn organization_of(&self, keys: &Keyspace, sha256: &str) -> RedisResult<Option<String>> {
-        self.query(&organization_of(keys, sha256)).await
+    /// The organization of a live API key, by the key's SHA-256, or why there is none
+    /// ([`super::scripts::KEY_LOOKUP`]).
+    pub async fn key_lookup(&self, keys: &Keyspace, sha256: &str) -> RedisResult<KeyLookup> {
+        let mut invocation = KEY_LOOKUP_SCRIPT.key(keys.api_key_sha(sha256));
+        invocation.key(keys.api_key_epoch());
+        match self.invoke(&invocation).await? {
+            redis::Value::Int(0) => Ok(KeyLookup::IndexMissing),
+            redis::Value::Int(_) => Ok(KeyLookup::Unknown),
+            org => Ok(KeyLookup::Organization(redis::FromRedisValue::from_redis_value(org)?)),
+        }
     }
 
     pub async fn studies(&self, keys: &Keyspace, org: &str, page: Span) -> RedisResult<(Page<String>, OrgEpoch)> {

@@ -17,6 +17,19 @@ if #ids == 0 then return {total, {}, epoch} end
 return {total, redis.call('HMGET', KEYS[2], unpack(ids)), epoch}
 ";
 
+/// The organization of a live API key, by the key's SHA-256; when the key has none, whether the key
+/// index's epoch exists, read in the same slot at the same moment. The epoch is written with every key
+/// event, so an index that held keys has one: without it the index itself was lost (its primary flushed
+/// or restarted empty), and no projector may have marked the loss yet. That is not the key's absence.
+pub const KEY_LOOKUP: &str = r"
+-- KEYS[1] the key's index entry (hash), KEYS[2] the key index's epoch
+local org = redis.call('HGET', KEYS[1], 'org')
+if org then return org end
+-- STRLEN rather than EXISTS, which the API's Redis user may not run: an epoch is never empty.
+if redis.call('STRLEN', KEYS[2]) > 0 then return 1 end
+return 0
+";
+
 /// One completed study's document.
 pub const ONE_STUDY: &str = r"
 -- KEYS[1] study documents, KEYS[2] the organization's epoch; ARGV[1] study id
@@ -103,6 +116,7 @@ return redis.call('GETRANGE', KEYS[1], ARGV[1], ARGV[2])
 ";
 
 pub(super) static STUDIES_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(STUDIES_PAGE));
+pub(super) static KEY_LOOKUP_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(KEY_LOOKUP));
 pub(super) static ONE_STUDY_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_STUDY));
 pub(super) static INTERVIEWS_PAGE_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(INTERVIEWS_PAGE));
 pub(super) static ONE_INTERVIEW_SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(ONE_INTERVIEW));
