@@ -87,7 +87,14 @@ pub async fn list_studies(
     }
     body.close_page(&PageInfo { total: found.total, page: page.page, page_size: page.page_size });
     // A page of studies is all in memory: it has no transcript.
-    let mut response = etag::tagged(body.into_bytes());
+    let (page_number, page_size) = (page.page.to_string(), page.page_size.to_string());
+    let version = etag::Version {
+        generation: org.keys.generation(),
+        org: &org.id,
+        epoch: found.epoch.as_deref(),
+        asked: &["studies", &page_number, &page_size],
+    };
+    let mut response = etag::tagged(body.into_bytes(), &version);
     linked(&mut response, &page, &uri, found.total);
     freshness::as_of(&mut response, found.epoch.as_deref());
     Ok(response)
@@ -127,7 +134,13 @@ pub async fn get_study(
         created_at: doc.created_at,
         updated_at: doc.updated_at,
     };
-    let mut response = etag::tagged(serde_json::to_vec(&study).map_err(internal)?);
+    let version = etag::Version {
+        generation: org.keys.generation(),
+        org: &org.id,
+        epoch: stored.epoch.as_deref(),
+        asked: &["study", &id],
+    };
+    let mut response = etag::tagged(serde_json::to_vec(&study).map_err(internal)?, &version);
     freshness::as_of(&mut response, stored.epoch.as_deref());
     Ok(response)
 }
