@@ -72,6 +72,9 @@ pub enum Error {
     RedisRefused { target: String, refusal: shared::redis_tls::Refusal },
     #[error("{0}")]
     Refused(String),
+    /// A generation of a layout this build does not read (one line, with the versions).
+    #[error(transparent)]
+    Layout(#[from] shared::layout::UnknownLayout),
 }
 
 /// A shutdown future as a watch channel that every loop can check.

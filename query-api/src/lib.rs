@@ -4,8 +4,8 @@
 //!
 //! Where each rule of api.md lives, and the path of one request, from the socket to the read model:
 //!
-//! - [`edge`]: the HTTP edge. `accept` is the connection loop (header-read timeout, graceful shutdown
-//!   within `SHUTDOWN_DRAIN_MS`); `edge::app` lists the middleware in the order a request meets them
+//! - [`edge`]: the HTTP edge. `accept` is the connection loop (graceful shutdown within
+//!   `SHUTDOWN_DRAIN_MS`; a connection's clocks, a request head's and an idle connection's: `deadlines`); `edge::app` lists the middleware in the order a request meets them
 //!   (request id, log span, panic guard, `no-store` and `nosniff`, `If-None-Match`: `conditional`,
 //!   compression, the concurrency cap and the timeout: `limits`; on `/v1`, the rate-limit and freshness
 //!   headers), each in a file of its own; `tasks` owns the background tasks.

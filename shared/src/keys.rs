@@ -9,7 +9,7 @@
 //! | `P:rebuild` | hash | the running rebuild: `generation`, `group`, `phase` |
 //! | `P:rebuild-lock` | string | held (with a TTL) by the one running rebuild |
 //! | `P:projectors` | hash | instance id → JSON state of each live projector (generation, paused, heartbeat) |
-//! | `P:gN:meta` | hash | when and by which consumer group generation N was built |
+//! | `P:gN:meta` | hash | when and by which consumer group generation N was built, and its `layout` version |
 //! | `P:gN:{position-T}:position` | hash | per partition, one past the last offset this primary applied (one key per primary, `T` a tag in its slots) |
 //! | `P:gN:healing` | hash | per partition being projected again after a loss: the offset to reach and the loss's id |
 //! | `P:gN:owner:<aggregate>:<id>` | string | the organization recorded for an aggregate |

@@ -7,7 +7,8 @@
 //!
 //! - What crosses the bus and the store: [`events`] (the event contract and its decoder), [`documents`]
 //!   (what the projector stores and the API serves), [`keys`] (every Redis key name), [`time`] (one format
-//!   and one order for timestamps), [`projectors`] (the report each live projector keeps in Redis).
+//!   and one order for timestamps), [`projectors`] (the report each live projector keeps in Redis),
+//!   [`layout`] (the read model's layout version, which both binaries check before they use a generation).
 //! - Healing: [`loss`] (a loss of data, as the projector names it in healing entries and the API reads it
 //!   back) and [`scope`] (which slots it touched).
 //! - Redis for both binaries (feature `connection`): `connection` (one server or a cluster),
@@ -29,6 +30,7 @@ pub mod connection;
 pub mod documents;
 pub mod events;
 pub mod keys;
+pub mod layout;
 #[cfg(feature = "connection")]
 pub mod lease;
 pub mod log_every;

@@ -79,6 +79,7 @@ pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Res
     let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
     let generation = store::active_generation(&mut conn, &config.redis.key_prefix).await?;
     let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
+    store::check_layout(&mut conn, &keys).await?;
     let token = uuid::Uuid::new_v4().simple().to_string();
     // One repair of an organization at a time: its lease is taken before anything is read or staged, so a
     // second repair never meets (or deletes) the first one's staging.

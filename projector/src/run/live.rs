@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use shared::connection::Connection;
 use shared::loss::{Loss, Losses};
 use shared::task::AbortOnDrop;
+use shared::Keyspace;
 use tokio::sync::watch;
 
 use super::control::{self, Signals};
@@ -15,7 +16,7 @@ use super::Projector;
 use crate::batch::Step;
 use crate::heal::{watch_memory, Heal};
 use crate::observe::now;
-use crate::store::position;
+use crate::store::{self, position};
 use crate::Error;
 
 /// How often a live projector reads the control keys and reports itself.
@@ -68,7 +69,9 @@ async fn housekeeping(
     match control::signals(conn, &prefix).await {
         Ok(Signals { active, handover }) => {
             match active {
-                Some(active) if follow && active > projector.generation() => {
+                Some(active)
+                    if follow && active > projector.generation() && reads_layout(conn, &prefix, active).await? =>
+                {
                     if let Some(losses) = follow_up(projector, conn, active).await {
                         heal.lost(&mut projector.healing(), losses).await?;
                     }
@@ -160,6 +163,9 @@ async fn pause(
             }
         };
         if signals.active == Some(target) {
+            if !reads_layout(conn, &prefix, target).await? {
+                continue;
+            }
             if let Some(losses) = follow_up(projector, conn, target).await {
                 heal.lost(&mut projector.healing(), losses).await?;
             }
@@ -172,6 +178,20 @@ async fn pause(
     }
     tracing::info!(generation = projector.generation(), "resumed");
     Ok(true)
+}
+
+/// Whether this build reads the layout of generation `active`, which it is about to follow: a layout it
+/// does not read (a rebuild by a newer projector) ends the projector with one line; a failed read is asked
+/// again at the next look.
+async fn reads_layout(conn: &mut Connection, prefix: &str, active: u64) -> Result<bool, Error> {
+    match store::check_layout(conn, &Keyspace::new(prefix.to_string(), active)).await {
+        Ok(_) => Ok(true),
+        Err(Error::Redis(e)) => {
+            tracing::warn!(error = %e, active, "could not read the new generation's layout");
+            Ok(false)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Writes to the newer generation `active` from the next batch on. A partition the generation holds less

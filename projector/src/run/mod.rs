@@ -94,10 +94,22 @@ impl Projector {
             metrics,
             config,
         };
+        if projector.config.generation.is_some() || active.is_some() {
+            // Nothing is read, marked or written in a layout this build does not know.
+            store::check_layout(&mut conn, projector.store.keys()).await?;
+        }
         if projector.config.generation.is_none() && active.is_none() {
             // A new read model: incomplete until it has caught up with every partition, and marked so
             // before the API can find it.
             let keys = projector.store.keys().clone();
+            // Its layout first, so that no reader ever finds the generation without it.
+            let layout = shared::layout::LAYOUT.to_string();
+            let _: () = redis::cmd("HSET")
+                .arg(keys.meta())
+                .arg(shared::layout::FIELD)
+                .arg(layout)
+                .query_async(&mut conn)
+                .await?;
             let losses = Losses::one(Loss::NewReadModel);
             heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, &losses).await?;
             heal::mark_everything(&mut projector.source, &mut conn, &keys, &losses).await?;

@@ -233,7 +233,9 @@ async fn target(config: &Config, conn: &mut Connection, old: u64, notify: Notify
     let group = format!("{}-rebuild-g{generation}", config.group_id);
     let started = now().to_string();
     let meta = Keyspace::new(prefix.clone(), generation).meta();
-    let _: () = conn.hset_multiple(&meta, &[("started", started.as_str()), ("group", group.as_str())]).await?;
+    let layout = shared::layout::LAYOUT.to_string();
+    let fields = [("started", started.as_str()), ("group", group.as_str()), (shared::layout::FIELD, layout.as_str())];
+    let _: () = conn.hset_multiple(&meta, &fields).await?;
     notify(Notice::Building { generation, active: old });
     Ok((generation, group))
 }

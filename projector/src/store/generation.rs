@@ -92,6 +92,17 @@ pub async fn active_generation<C: ConnectionLike + Send>(conn: &mut C, prefix: &
     Ok(generation)
 }
 
+/// The layout field of a generation's meta (`shared::layout`); none for one written before the field.
+pub async fn layout<C: ConnectionLike + Send>(conn: &mut C, keys: &Keyspace) -> redis::RedisResult<Option<String>> {
+    redis::cmd("HGET").arg(keys.meta()).arg(shared::layout::FIELD).query_async(conn).await
+}
+
+/// The layout of `keys`'s generation, when this build reads it; else the one line that says why not.
+pub async fn check_layout<C: ConnectionLike + Send>(conn: &mut C, keys: &Keyspace) -> Result<u32, crate::Error> {
+    let field = layout(conn, keys).await?;
+    Ok(shared::layout::check(keys.generation(), field.as_deref(), "projector")?)
+}
+
 /// Every key of the generation, by SCAN (over every primary of a cluster).
 pub async fn generation_keys(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<Vec<String>> {
     conn.scan(&keys.pattern()).await

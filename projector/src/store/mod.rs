@@ -29,7 +29,9 @@ use shared::{Event, Keyspace, Topic};
 
 pub use digest::Digest;
 pub use error::StoreError;
-pub use generation::{active_generation, check_no_eviction, connect, delete_generation, generation_keys, is_refused};
+pub use generation::{
+    active_generation, check_layout, check_no_eviction, connect, delete_generation, generation_keys, is_refused,
+};
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};
 

@@ -36,6 +36,9 @@ const HEALING_SOME: u8 = 4;
 /// is complete is not known, so nothing is served until a read succeeds. A request that could still read
 /// Redis meanwhile may meet data rolled back by the very fault that made the read fail.
 const UNSURE: u8 = 5;
+/// The active generation has a layout this API does not read (`shared::layout`: a rebuild by a newer
+/// projector): nothing is served rather than misread, until the API is upgraded or the layout changes.
+const LAYOUT: u8 = 6;
 
 pub struct Generation {
     prefix: String,
@@ -45,7 +48,7 @@ pub struct Generation {
     highest: AtomicU64,
     /// Since when (Unix time) the active generation has been found lower than [`Self::highest`].
     behind_since: Mutex<Option<f64>>,
-    /// [`COMPLETE`], [`HEALING`], [`HEALING_SOME`], [`LOST`], [`BEHIND`] or [`UNSURE`].
+    /// [`COMPLETE`], [`HEALING`], [`HEALING_SOME`], [`LOST`], [`BEHIND`], [`UNSURE`] or [`LAYOUT`].
     condition: AtomicU8,
     /// While [`HEALING_SOME`]: the slots being projected again.
     healing: RwLock<Scope>,
@@ -124,6 +127,7 @@ impl Generation {
             (_, LOST) => Err("the read model's Redis lost its data; waiting for the projector"),
             (_, BEHIND) => Err("the read model's Redis went back to an older generation; waiting for the projector"),
             (_, UNSURE) => Err("whether the read model is complete could not be read from Redis"),
+            (_, LAYOUT) => Err("the read model's layout is not one this API reads: its log names the versions"),
             (UNKNOWN, _) => Err("the read model's active generation is not known yet"),
             (generation, _) => Ok(generation),
         }
@@ -169,6 +173,26 @@ impl Generation {
         }
         *self.behind_since.lock().expect("behind since") = None;
         let keys = Keyspace::new(self.prefix.clone(), generation);
+        // A generation this instance does not serve yet is read only in a layout it knows.
+        if generation != self.generation.load(Ordering::Acquire) || self.condition.load(Ordering::Acquire) == LAYOUT {
+            match model.layout(&keys).await {
+                Ok(field) => {
+                    if let Err(unknown) = shared::layout::check(generation, field.as_deref(), "query API") {
+                        if self.condition.swap(LAYOUT, Ordering::AcqRel) != LAYOUT {
+                            tracing::error!("{unknown}");
+                        }
+                        return Found::Gone;
+                    }
+                }
+                Err(e) => {
+                    if let Some(skipped) = UNREAD.allow() {
+                        tracing::warn!(error = %e, skipped, "could not read the layout of the active generation");
+                    }
+                    self.unsure();
+                    return Found::Nothing;
+                }
+            }
+        }
         let mut newly_healing = None;
         // Healing where the key index lives is healing everywhere: any key's answer may be wrong.
         let condition = match model.healing(&keys).await {

@@ -410,6 +410,13 @@ impl ReadModel {
     }
 
     /// The active generation, `None` when no projector has created a read model yet.
+    /// The layout field of a generation's meta (`shared::layout`); none for one written before the field.
+    pub async fn layout(&self, keys: &Keyspace) -> RedisResult<Option<String>> {
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(keys.meta()).arg(shared::layout::FIELD);
+        self.query(&cmd).await
+    }
+
     pub async fn active_generation(&self, prefix: &str) -> RedisResult<Option<u64>> {
         let mut cmd = redis::cmd("GET");
         cmd.arg(Keyspace::active_generation(prefix));

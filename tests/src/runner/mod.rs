@@ -164,6 +164,11 @@ impl Running {
         self.counts().into()
     }
 
+    /// Waits for the projector to end by itself (it was not told to stop): how it ended.
+    pub async fn ended(self) -> Result<(), projector::Error> {
+        self.task.await.expect("projector task")
+    }
+
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         self.task.await.expect("projector task").expect("projector ends cleanly");

@@ -1,0 +1,63 @@
+//! The read model's layout version: which keys a generation has and what their values mean. Both binaries
+//! read it before they read or write a generation (the projector at its start and when it follows a switch,
+//! the API whenever the generation it serves changes), so that a binary never misreads a layout it does not
+//! know: it refuses with one line naming the version found and the versions it reads. A layout change
+//! ships with a rebuild into a new generation (docs/operating.md, "Upgrades").
+//!
+//! The version is the `layout` field of the generation's meta hash (`P:gN:meta`), written by the projector
+//! when it starts a generation or starts on one. Generations written before the field existed have none:
+//! an absent field is layout 1, the layout they have.
+
+use std::ops::RangeInclusive;
+
+/// The layout this build writes.
+pub const LAYOUT: u32 = 1;
+
+/// The layouts this build reads.
+pub const READS: RangeInclusive<u32> = 1..=1;
+
+/// The field of a generation's meta hash that holds its layout.
+pub const FIELD: &str = "layout";
+
+/// A generation whose layout this build does not read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "generation {generation} of the read model has layout version {found}; this {reader} reads version {} to {}: \
+     upgrade it, or rebuild with it (docs/operating.md, \"Upgrades\")",
+    READS.start(),
+    READS.end()
+)]
+pub struct UnknownLayout {
+    pub generation: u64,
+    /// The field as found (it may not even be a number).
+    pub found: String,
+    /// `projector` or `query API`.
+    pub reader: &'static str,
+}
+
+/// The layout of `generation` as its meta's field says (`None`: no field, layout 1), if this build reads it.
+pub fn check(generation: u64, field: Option<&str>, reader: &'static str) -> Result<u32, UnknownLayout> {
+    let Some(field) = field else { return Ok(1) };
+    match field.parse::<u32>() {
+        Ok(layout) if READS.contains(&layout) => Ok(layout),
+        _ => Err(UnknownLayout { generation, found: field.to_string(), reader }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_generation_without_the_field_is_layout_one_and_one_this_build_does_not_read_is_refused_by_name() {
+        assert_eq!(check(3, None, "projector"), Ok(1));
+        assert_eq!(check(3, Some("1"), "projector"), Ok(1));
+        for found in ["2", "0", "v1", ""] {
+            let refused = check(7, Some(found), "query API").expect_err(found);
+            let line = refused.to_string();
+            assert!(line.contains(&format!("layout version {found};")), "{line}");
+            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 1"), "{line}");
+            assert!(!line.contains('\n'), "one line");
+        }
+    }
+}

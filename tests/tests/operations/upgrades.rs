@@ -1,0 +1,115 @@
+//! Upgrades: a generation's layout version (`shared::layout`) is checked by both binaries before they use
+//! it, so that neither ever misreads a layout it does not know; a generation written before the version
+//! was recorded is layout 1 to both.
+
+use std::time::Duration;
+
+use end_to_end::api::{config, spawn_app, World};
+use end_to_end::fixture::{self, completed_study, ACME, ACME_KEY};
+use end_to_end::{env, eventually, kafka, redis, runner, unique};
+use shared::Keyspace;
+
+async fn active(prefix: &str) -> u64 {
+    let mut conn = redis().await;
+    redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(&mut conn).await.unwrap()
+}
+
+/// Sets (or with `None` removes) the layout field of `generation`'s meta.
+async fn set_layout(prefix: &str, generation: u64, layout: Option<&str>) {
+    let mut conn = redis().await;
+    let meta = Keyspace::new(prefix.to_string(), generation).meta();
+    let cmd = match layout {
+        Some(layout) => redis::cmd("HSET").arg(&meta).arg("layout").arg(layout).to_owned(),
+        None => redis::cmd("HDEL").arg(&meta).arg("layout").to_owned(),
+    };
+    let _: () = cmd.query_async(&mut conn).await.unwrap();
+}
+
+async fn status(app: &end_to_end::api::TestApp) -> u16 {
+    app.get("/v1/studies", Some(ACME_KEY)).await.status().as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_written_before_layouts_were_recorded_is_layout_one_to_both_binaries() {
+    let world = World::start(&fixture::dataset()).await;
+    let generation = active(&world.prefix).await;
+    let mut conn = redis().await;
+    let meta = Keyspace::new(world.prefix.clone(), generation).meta();
+    let written: Option<String> = redis::cmd("HGET").arg(&meta).arg("layout").query_async(&mut conn).await.unwrap();
+    assert_eq!(written.as_deref(), Some("1"), "a new read model records its layout before it is served");
+    // The field gone, as in a read model written before it existed: both binaries start on it and use it.
+    set_layout(&world.prefix, generation, None).await;
+    let api = spawn_app(config(&world.prefix, &env("REDIS_URL"))).await;
+    eventually(Duration::from_secs(20), "the new API to serve", || async { (status(&api).await == 200).then_some(()) })
+        .await;
+    assert!(!world.projector.has_ended());
+    let group = world.projector.group().to_string();
+    let restarted = runner::spawn(runner::config(&world.topics, &world.prefix, &group)).await;
+    // Published past the World's own projector, which may not be the one whose share it falls in.
+    let study = completed_study(ACME, "s_after", "2026-05-01T00:00:00Z").messages;
+    kafka::publish(&kafka::producer(), &world.topics, &study).await;
+    eventually(Duration::from_secs(30), "the new study projected and served", || async {
+        let (code, body) = api.json("/v1/studies", ACME_KEY).await;
+        (code == 200 && body.to_string().contains("s_after")).then_some(())
+    })
+    .await;
+    assert!(!restarted.has_ended(), "the second projector runs on it");
+    restarted.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_and_at_a_switch_and_never_misread() {
+    let world = World::start(&fixture::dataset()).await;
+    let World { projector, app, prefix, topics, .. } = world;
+    let generation = active(&prefix).await;
+    assert_eq!(status(&app).await, 200);
+
+    // A newer layout (as a newer projector's rebuild would write): an API that starts on it serves nothing
+    // of it and is not ready; a projector refuses to start, with one line naming both versions.
+    set_layout(&prefix, generation, Some("2")).await;
+    let starting = spawn_app(config(&prefix, &env("REDIS_URL"))).await;
+    for _ in 0..5 {
+        assert_eq!(status(&starting).await, 503, "a layout it does not read is not served");
+    }
+    let ready = starting.admin_get("/readyz").await;
+    assert_eq!(ready.status(), 503);
+    assert!(ready.text().await.unwrap().contains("layout"), "readiness says why");
+    let refused = runner::run(runner::config(&topics, &prefix, &unique("g"))).await.expect_err("refused at start");
+    let line = refused.to_string();
+    assert!(line.contains("layout version 2;") && line.contains("projector reads version 1 to 1"), "{line}");
+    assert!(!line.contains('\n'), "one line: {line}");
+    // The API that served the generation before goes on: a generation's layout never changes under it.
+    assert_eq!(status(&app).await, 200);
+    // Back to a layout it reads, the new API serves it.
+    set_layout(&prefix, generation, Some("1")).await;
+    eventually(Duration::from_secs(20), "served once the layout is one it reads", || async {
+        (status(&starting).await == 200).then_some(())
+    })
+    .await;
+
+    // A switch to a generation of a layout neither reads: the live projector stops with the line rather
+    // than write into it, and the API answers 503 rather than serve it (or the generation before).
+    let next = generation + 1;
+    set_layout(&prefix, next, Some("2")).await;
+    let mut conn = redis().await;
+    let _: () =
+        redis::cmd("SET").arg(Keyspace::active_generation(&prefix)).arg(next).query_async(&mut conn).await.unwrap();
+    eventually(Duration::from_secs(20), "the running API to stop serving", || async {
+        (status(&app).await == 503).then_some(())
+    })
+    .await;
+    let ended = tokio::time::timeout(Duration::from_secs(30), projector.ended()).await.expect("the projector stops");
+    let line = ended.expect_err("with an error").to_string();
+    assert!(line.contains(&format!("generation {next}")) && line.contains("layout version 2;"), "{line}");
+    for _ in 0..5 {
+        assert_eq!(status(&app).await, 503);
+    }
+    // The pointer back (no rebuild after all): served again.
+    let _: () = redis::cmd("SET")
+        .arg(Keyspace::active_generation(&prefix))
+        .arg(generation)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(20), "served again", || async { (status(&app).await == 200).then_some(()) }).await;
+}
