@@ -1,8 +1,10 @@
 # syntax=docker/dockerfile:1
 #
-# One multi-stage build for both binaries. Pick the one you want with --target:
+# One multi-stage build for both binaries (and the demo's sample-data publisher). Pick the one you want
+# with --target:
 #   docker build --target projector -t projector .
 #   docker build --target query-api -t query-api .
+#   docker build --target sample-data -t sample-data .
 # docker-compose.yml does this for you.
 
 # ---- builder -----------------------------------------------------------------
@@ -24,9 +26,9 @@ COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/usr/local/cargo/git \
     --mount=type=cache,target=/src/target \
-    cargo build --release --locked -p projector -p query-api \
+    cargo build --release --locked --bin projector --bin query-api --bin sample-data \
     && mkdir -p /out \
-    && cp target/release/projector target/release/query-api /out/
+    && cp target/release/projector target/release/query-api target/release/sample-data /out/
 
 # ---- runtime base --------------------------------------------------------------
 FROM debian:bookworm-slim AS runtime
@@ -51,3 +53,8 @@ COPY --from=builder /out/query-api /usr/local/bin/query-api
 ENV LISTEN_ADDR=0.0.0.0:8080
 EXPOSE 8080
 ENTRYPOINT ["/usr/local/bin/query-api"]
+
+# One-shot: publishes the demo's sample data to the topics, uploads its videos and prints the demo keys.
+FROM runtime AS sample-data
+COPY --from=builder /out/sample-data /usr/local/bin/sample-data
+ENTRYPOINT ["/usr/local/bin/sample-data"]
