@@ -1,4 +1,5 @@
-//! `projector digest`: prints the canonical digest of a generation, by default the active one.
+//! `projector digest`: prints the canonical digest of a generation, by default the active one, when this
+//! build reads its layout.
 
 use shared::Keyspace;
 
@@ -12,7 +13,10 @@ pub async fn run(config: &Config, generation: Option<u64>) -> Result<(), Error> 
         Some(g) => g,
         None => store::active_generation(&mut conn, &config.redis.key_prefix).await?,
     };
-    let digest = Digest::of(&mut conn, &Keyspace::new(config.redis.key_prefix.clone(), generation)).await?;
+    let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
+    // A layout this build does not read would be digested as if it were one it does: refused instead.
+    store::check_layout(&mut conn, &keys).await?;
+    let digest = Digest::of(&mut conn, &keys).await?;
     println!("generation {generation}: {digest}");
     Ok(())
 }

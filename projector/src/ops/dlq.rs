@@ -5,12 +5,13 @@
 use std::collections::HashMap;
 
 use serde::Serialize;
+use shared::Keyspace;
 
 use super::Output;
 use crate::config::Config;
 use crate::repair::redrive;
 use crate::source::{list_dead_letters, replay_dead_letters, ReplayError};
-use crate::Error;
+use crate::{store, Error};
 
 /// One dead letter as `dlq list -o json` prints it.
 #[derive(Debug, Serialize)]
@@ -56,7 +57,8 @@ pub fn list(config: &Config, output: Output) -> Result<(), Error> {
 }
 
 /// Publishes the letters again (with the corrected values given), then repairs every aggregate that
-/// moved on past one; prints what became of them.
+/// moved on past one; prints what became of them. Refused before anything is published when this build
+/// does not read the active generation's layout.
 pub async fn replay(config: &Config, corrected: &[String], output: Output) -> Result<(), Error> {
     let mut values = HashMap::new();
     for spec in corrected {
@@ -66,6 +68,10 @@ pub async fn replay(config: &Config, corrected: &[String], output: Output) -> Re
         let value = std::fs::read(file).map_err(|e| Error::Config(format!("cannot read {file}: {e}")))?;
         values.insert(at.to_string(), value);
     }
+    // Nothing is published back for a read model this build would misread when it repairs what moved on.
+    let mut conn = super::status::connect(config).await?;
+    let generation = store::active_generation(&mut conn, &config.redis.key_prefix).await?;
+    store::check_layout(&mut conn, &Keyspace::new(config.redis.key_prefix.clone(), generation)).await?;
     let letters = replay_dead_letters(config, &values).await.map_err(|e| match e {
         ReplayError::Broker(e) => Error::Kafka(e),
         unknown => Error::Config(unknown.to_string()),

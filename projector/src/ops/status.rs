@@ -21,6 +21,12 @@ use crate::{store, Error};
 #[serde(rename_all = "camelCase")]
 pub struct Status {
     pub active_generation: Option<u64>,
+    /// The active generation's layout version as recorded (`1` for a generation written before layouts
+    /// were recorded; `shared::layout`).
+    pub active_layout: Option<String>,
+    /// Whether this build reads that layout. When it does not, the generation's own records (the late
+    /// aggregates below) are not read, and the other commands that use the generation refuse.
+    pub layout_read: bool,
     pub rebuild: Option<Rebuild>,
     /// Live projectors by instance id, as each last reported itself.
     pub live_projectors: BTreeMap<String, Instance>,
@@ -103,18 +109,26 @@ async fn gather(config: &Config) -> Result<Status, Error> {
         })
         .collect();
     let dead_letters = dead_letter_depths(config)?.into_iter().collect();
-    let late_for_a_gap = match active_generation {
-        Some(generation) => late_for_a_gap(config, &mut conn, &Keyspace::new(prefix.clone(), generation)).await?,
-        None => Vec::new(),
-    };
+    let (mut active_layout, mut layout_read, mut late) = (None, true, Vec::new());
+    if let Some(generation) = active_generation {
+        let keys = Keyspace::new(prefix.clone(), generation);
+        let field = store::layout(&mut conn, &keys).await?;
+        layout_read = shared::layout::check(generation, field.as_deref(), "projector").is_ok();
+        active_layout = Some(field.unwrap_or_else(|| "1".into()));
+        if layout_read {
+            late = late_for_a_gap(config, &mut conn, &keys).await?;
+        }
+    }
     Ok(Status {
         active_generation,
+        active_layout,
+        layout_read,
         rebuild,
         live_projectors,
         group: config.group_id.clone(),
         partitions,
         dead_letters,
-        late_for_a_gap,
+        late_for_a_gap: late,
     })
 }
 
@@ -137,6 +151,16 @@ async fn late_for_a_gap(config: &Config, conn: &mut Connection, keys: &Keyspace)
 
 fn print_text(status: &Status) {
     println!("active generation: {}", status.active_generation.map_or("none".into(), |g| g.to_string()));
+    if let Some(layout) = &status.active_layout {
+        let (first, last) = (shared::layout::READS.start(), shared::layout::READS.end());
+        match status.layout_read {
+            true => println!("layout: {layout}"),
+            false => println!(
+                "layout: {layout}, which this projector does not read (it reads {first} to {last}): upgrade it \
+                 (docs/operating.md, \"Upgrades\"); late aggregates not listed"
+            ),
+        }
+    }
     match &status.rebuild {
         Some(rebuild) => {
             let phase = rebuild.phase.as_deref().unwrap_or("?");
@@ -168,7 +192,9 @@ fn print_text(status: &Status) {
     for (topic, depth) in &status.dead_letters {
         println!("  {topic}: {depth}");
     }
-    println!("late for a gap: {} aggregates", status.late_for_a_gap.len());
+    if status.layout_read {
+        println!("late for a gap: {} aggregates", status.late_for_a_gap.len());
+    }
     for late in &status.late_for_a_gap {
         let (aggregate, id, org) = (late.aggregate.aggregate(), &late.aggregate_id, &late.organization_id);
         println!("  {aggregate}:{id} (organization {org}): {}", late.repair);

@@ -42,6 +42,7 @@ pub async fn after_replay(config: &Config, letters: &[DeadLetter], progress: Pro
     let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
     let generation = store::active_generation(&mut conn, &config.redis.key_prefix).await?;
     let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
+    store::check_layout(&mut conn, &keys).await?;
     let mut store = Store::new(conn.clone(), keys.clone());
     let mut moved_on = BTreeSet::new();
     for letter in letters {

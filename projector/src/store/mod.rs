@@ -30,7 +30,7 @@ use shared::{Event, Keyspace, Topic};
 pub use digest::Digest;
 pub use error::StoreError;
 pub use generation::{
-    active_generation, check_layout, check_no_eviction, connect, delete_generation, generation_keys, is_refused,
+    active_generation, check_layout, check_no_eviction, connect, delete_generation, generation_keys, is_refused, layout,
 };
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};

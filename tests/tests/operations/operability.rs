@@ -118,7 +118,7 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
         (status.contains(&dlq) && !status.contains("lag 1") && !status.contains("lag 2")).then_some(status)
     })
     .await;
-    assert!(status.contains("active generation: 1"), "{status}");
+    assert!(status.contains("active generation: 1\nlayout: 1\n"), "{status}");
     assert!(status.contains("live projectors: 1"), "{status}");
     assert!(status.contains(&format!("lag of group {group}")), "{status}");
 
@@ -130,6 +130,7 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
     // The same, for automation.
     let json: serde_json::Value = serde_json::from_str(&run(&["status", "-o", "json"]).await).expect("status is JSON");
     assert_eq!(json["activeGeneration"], 1, "{json}");
+    assert_eq!((&json["activeLayout"], &json["layoutRead"]), (&json!("1"), &json!(true)), "{json}");
     assert_eq!(json["liveProjectors"].as_object().map(|o| o.len()), Some(1), "{json}");
     assert_eq!(json["group"], group, "{json}");
     assert_eq!(json["deadLetters"][format!("{}.dlq", topics.study)], 2, "{json}");

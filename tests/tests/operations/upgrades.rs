@@ -1,6 +1,6 @@
 //! Upgrades: a generation's layout version (`shared::layout`) is checked by both binaries before they use
-//! it, so that neither ever misreads a layout it does not know; a generation written before the version
-//! was recorded is layout 1 to both.
+//! it, so that neither ever misreads a layout it does not know (nor does an operator command that uses
+//! the generation); a generation written before the version was recorded is layout 1 to both.
 
 use std::time::Duration;
 
@@ -58,7 +58,8 @@ async fn a_generation_written_before_layouts_were_recorded_is_layout_one_to_both
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_and_at_a_switch_and_never_misread() {
+async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_by_commands_and_at_a_switch_and_never_misread()
+{
     let world = World::start(&fixture::dataset()).await;
     let World { projector, app, prefix, topics, .. } = world;
     let generation = active(&prefix).await;
@@ -78,6 +79,24 @@ async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_and_at_
     let line = refused.to_string();
     assert!(line.contains("layout version 2;") && line.contains("projector reads version 1 to 1"), "{line}");
     assert!(!line.contains('\n'), "one line: {line}");
+    // The operator's commands: those that use the generation refuse with the same line; `status`, which an
+    // operator asks first, says which layout it found and that this build does not read it.
+    let group = unique("ops");
+    for command in [&["digest"][..], &["dlq", "replay"][..]] {
+        let run = runner::command(&topics, &prefix, &group, command);
+        let output =
+            tokio::task::spawn_blocking(move || runner::output_within(run, Duration::from_secs(60))).await.unwrap();
+        let said = String::from_utf8_lossy(&output.stderr);
+        assert!(!output.status.success(), "{command:?} refuses: {said}");
+        let line =
+            said.lines().find(|l| l.contains("layout version 2;")).unwrap_or_else(|| panic!("{command:?}: {said}"));
+        assert!(line.contains("projector reads version 1 to 1"), "{command:?}: {line}");
+    }
+    let json = runner::succeed(&topics, &prefix, &group, &["status", "-o", "json"], Duration::from_secs(60)).await;
+    let json: serde_json::Value = serde_json::from_str(&json).expect("status is JSON");
+    assert_eq!((&json["activeLayout"], &json["layoutRead"]), (&serde_json::json!("2"), &serde_json::json!(false)));
+    let text = runner::succeed(&topics, &prefix, &group, &["status"], Duration::from_secs(60)).await;
+    assert!(text.contains("layout: 2, which this projector does not read (it reads 1 to 1)"), "{text}");
     // The API that served the generation before goes on: a generation's layout never changes under it.
     assert_eq!(status(&app).await, 200);
     // Back to a layout it reads, the new API serves it.
