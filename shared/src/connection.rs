@@ -41,6 +41,9 @@ pub struct Cluster {
     client: ClusterClient,
     /// The connection in use and how many times it was replaced.
     current: RwLock<(u64, ClusterConnection)>,
+    /// Held while a connection is replaced: the calls that timed out together on a wedged connection
+    /// wait for the one replacement, so none of them tries again on the wedged one.
+    replacing: tokio::sync::Mutex<()>,
     /// Batches of independent commands: a pipeline per primary ([`crate::cluster_pipeline`]).
     pipelines: Pipelines,
 }
@@ -51,8 +54,13 @@ impl Cluster {
         (current.0, current.1.clone())
     }
 
-    /// Replaces the connection of `epoch` (unless another call already did).
+    /// Replaces the connection of `epoch` (unless another call already did). Returns once the connection
+    /// in use is not that of `epoch`, or connecting failed.
     async fn replace(&self, epoch: u64) {
+        let _replacing = self.replacing.lock().await;
+        if self.current().0 != epoch {
+            return;
+        }
         match self.client.get_async_connection().await {
             Ok(fresh) => {
                 let mut current = self.current.write().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -116,7 +124,12 @@ impl Connection {
                 let conn = client.get_async_connection().await?;
                 let seed = seeds.first().map(String::as_str).unwrap_or_default();
                 let pipelines = Pipelines::new(seed, tls, settings.timeout);
-                Ok(Connection::Cluster(Arc::new(Cluster { client, current: RwLock::new((0, conn)), pipelines })))
+                Ok(Connection::Cluster(Arc::new(Cluster {
+                    client,
+                    current: RwLock::new((0, conn)),
+                    replacing: Default::default(),
+                    pipelines,
+                })))
             }
         }
     }

@@ -82,8 +82,9 @@ const SLOT_MOVE_BUDGET: Duration = Duration::from_secs(3);
 
 /// Runs `call` again, with short waits, while it fails with a cluster redirection or `TRYAGAIN`, for at
 /// most [`SLOT_MOVE_BUDGET`]. Reads are idempotent, so a retry is always safe. On a cluster, a call that
-/// timed out is tried once more: the client's own retries of a moving slot's redirections can outlast
-/// the timeout and wedge its connection, which is replaced when that happens (`shared::connection`).
+/// timed out is tried again too, once at least and then while the budget lasts: the client's own retries
+/// of a moving slot's redirections can outlast the timeout and wedge its connection, which is replaced
+/// when that happens (`shared::connection`), and a busy machine can wedge the new one as well.
 async fn settled<T, F, Fut>(mut call: F, cluster: bool) -> RedisResult<T>
 where
     F: FnMut() -> Fut,
@@ -94,7 +95,7 @@ where
     let mut timed_out = false;
     loop {
         match call().await {
-            Err(e) if cluster && e.is_timeout() && !timed_out => {
+            Err(e) if cluster && e.is_timeout() && (!timed_out || tokio::time::Instant::now() < deadline) => {
                 tracing::debug!(error = %e, "a cluster read timed out; reading again on the new connection");
                 timed_out = true;
             }
@@ -179,12 +180,22 @@ impl ReadModel {
     }
 
     async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> RedisResult<T> {
-        let conn = self.conn().await?;
+        let (conn, cluster) = (self.conn().await?, self.cluster());
         let call = || {
             let mut conn = conn.clone();
-            async move { cmd.query_async(&mut conn).await }
+            async move {
+                if !cluster {
+                    return cmd.query_async(&mut conn).await;
+                }
+                // On a cluster, as a batch of one (`shared::cluster_pipeline`): a key of a moving slot is
+                // followed to the importing primary with `ASKING` in the same pipeline. The client's own
+                // `ASKING`, a request of its own, is separated from its command on a busy connection, and
+                // the read is answered `ASK` again and again for as long as the slot moves.
+                let mut replies = conn.query_all(std::slice::from_ref(cmd)).await?;
+                Ok(T::from_redis_value(replies.pop().unwrap_or(Value::Nil))?)
+            }
         };
-        settled(call, self.cluster()).await
+        settled(call, cluster).await
     }
 
     /// Runs a script (a page read, or a long transcript's chunk), riding out a slot that moves.
