@@ -101,11 +101,35 @@ impl Healing {
 
     /// Waits until the projector detected a loss; returns when it did, as close as polling tells.
     pub async fn wait_detected(&self, within: Duration) -> Instant {
+        self.wait_detection(within).await.seen
+    }
+
+    /// Waits until the projector detected a loss, and brackets when it did.
+    pub async fn wait_detection(&self, within: Duration) -> Detection {
+        self.wait_losses_above(0.0, within).await
+    }
+
+    /// Waits until the projector counted more losses than `losses`, and brackets when it did: polling
+    /// on a busy machine can see a count late, after a short heal is already over.
+    pub async fn wait_losses_above(&self, losses: f64, within: Duration) -> Detection {
         let before = Instant::now();
-        eventually(within, "the projector to detect the loss", || async { (self.losses() >= 1.0).then_some(()) }).await;
-        let detected = Instant::now();
-        println!("loss detected {:?} after the fault", detected - before);
-        detected
+        let mut unseen = before;
+        eventually(within, "the projector to detect the loss", || {
+            let looked = Instant::now();
+            let counted = self.losses() > losses;
+            if !counted {
+                unseen = looked;
+            }
+            async move { counted.then_some(()) }
+        })
+        .await;
+        let detection = Detection { unseen, seen: Instant::now() };
+        println!(
+            "loss detected between {:?} and {:?} after the fault",
+            detection.unseen - before,
+            detection.seen - before
+        );
+        detection
     }
 
     /// Stops `publisher` once it published a few more events, then waits until everything on `topics`
@@ -254,15 +278,31 @@ impl Prober {
     }
 }
 
+/// When the projector detected a loss, as closely as polling its metrics tells: not yet counted when it
+/// looked at `unseen`, counted by `seen`. An `Instant` is a detection known to the instant.
+#[derive(Debug, Clone, Copy)]
+pub struct Detection {
+    pub unseen: Instant,
+    pub seen: Instant,
+}
+
+impl From<Instant> for Detection {
+    fn from(at: Instant) -> Self {
+        Self { unseen: at, seen: at }
+    }
+}
+
 /// Asserts that no answer given from [`GRACE`] after the loss was `detected` on was wrong, and that the API
 /// did say it was not ready around then (the heal was seen, not missed: a heal may be over in less than
-/// the grace, so its 503s are looked for from the detection on, within the grace that polling it takes).
-pub fn assert_no_wrong_answer_after(probes: &[Probe], detected: Instant) {
-    let after = detected + GRACE;
+/// the grace, or before polling saw the count, so its 503s are looked for from the last look that did not
+/// see it on, within the grace that polling it takes).
+pub fn assert_no_wrong_answer_after(probes: &[Probe], detected: impl Into<Detection>) {
+    let Detection { unseen, seen } = detected.into();
+    let after = seen + GRACE;
     let later: Vec<&Probe> = probes.iter().filter(|p| p.at >= after).collect();
     let wrong: Vec<&&Probe> = later.iter().filter(|p| p.is_wrong()).collect();
     assert!(wrong.is_empty(), "{} wrong answers after the loss was detected, first: {:?}", wrong.len(), wrong[0]);
-    let healing = probes.iter().filter(|p| p.at + GRACE >= detected);
+    let healing = probes.iter().filter(|p| p.at + GRACE >= unseen);
     assert!(healing.into_iter().any(|p| p.status == 503), "the API said 503 while the read model healed");
     assert!(later.iter().any(|p| p.status == 200), "the API answered again once healed");
     let before = probes.iter().filter(|p| p.at < after && p.is_wrong()).count();
