@@ -248,7 +248,8 @@ async fn a_lease_found_lapsed_is_lost_for_good_unless_it_may_be_taken_again() {
     let mut conn = redis().await;
     for (on_lapse, taken_again) in [(OnLapse::Lost, false), (OnLapse::TakeAgain, true)] {
         let key = format!("{}:lease", unique("lease"));
-        let ttl = Duration::from_millis(400);
+        // Long enough for a renewal to come in time on a loaded machine (400 ms lapsed once in CI).
+        let ttl = Duration::from_secs(3);
         let lease = Lease::try_take(&mut conn, &key, "mine", ttl, on_lapse).await.unwrap().expect("free");
         assert!(Lease::try_take(&mut conn, &key, "other", ttl, on_lapse).await.unwrap().is_none(), "held");
         // Renewed past its TTL while held.
@@ -256,7 +257,7 @@ async fn a_lease_found_lapsed_is_lost_for_good_unless_it_may_be_taken_again() {
         assert!(lease.check(&mut conn).await.unwrap(), "{on_lapse:?}: the renewal kept it");
         // Gone, as when its holder stalled past the TTL or Redis lost it.
         let _: () = conn.del(&key).await.unwrap();
-        let holder = eventually(Duration::from_secs(5), "a renewal to find it gone", || async {
+        let holder = eventually(Duration::from_secs(10), "a renewal to find it gone", || async {
             let holder: Option<String> = redis().await.get(&key).await.unwrap();
             (lease.is_lost() || holder.is_some()).then_some(holder)
         })
