@@ -15,7 +15,9 @@ const MIB: u64 = 1024 * 1024;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn thousands_of_requests_for_long_made_up_ids_leave_the_api_memory_within_its_bounds() {
     let world = World::start(&fixture::dataset()).await;
-    let api = ApiProcess::spawn(&world.prefix, &["--read-cache-mb", "16"]).await;
+    // What is measured here is memory: a loaded machine's slow Redis reply is given time, so that it is not
+    // answered 503 (the default second is for a healthy Redis).
+    let api = ApiProcess::spawn(&world.prefix, &["--read-cache-mb", "16", "--redis-timeout-ms", "20000"]).await;
     assert_eq!(api.get("/v1/studies", ACME_KEY).await.status(), 200);
     let before = api.memory("VmRSS");
     // 3,000 ids of 60 KB (each kept whole before, counted as 128 bytes: 180 MB) and 3,000 of 250 bytes
@@ -33,7 +35,11 @@ async fn thousands_of_requests_for_long_made_up_ids_leave_the_api_memory_within_
         .buffer_unordered(16)
         .collect()
         .await;
-    assert!(statuses.iter().all(|status| *status == 404), "every made-up id is not found");
+    let mut counts = std::collections::BTreeMap::new();
+    for status in &statuses {
+        *counts.entry(*status).or_insert(0) += 1;
+    }
+    assert_eq!(counts.keys().collect::<Vec<_>>(), [&404], "every made-up id is not found: {counts:?}");
     let grown = api.memory("VmRSS").saturating_sub(before);
     eprintln!("the API's resident memory grew by {} KiB", grown / 1024);
     assert!(grown < 48 * MIB, "the API grew by {} MiB", grown / MIB);
