@@ -121,6 +121,13 @@ pub struct Config {
     #[arg(long, env = "S3_DISABLED", default_value_t = false, action = clap::ArgAction::Set)]
     pub s3_disabled: bool,
 
+    /// For benchmarks only: when above 0, `/v1/ceiling` answers 200 with a constant JSON body of this many
+    /// bytes, through every layer the data routes have (the edge, the limits, the rate-limit and freshness
+    /// headers) but with no key and no Redis read, so that a benchmark can tell what the middleware costs
+    /// from what the data path costs. 0, the default, serves no such route (404).
+    #[arg(long, env = "BENCH_CEILING_BYTES", default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16 * 1024 * 1024))]
+    pub bench_ceiling_bytes: u32,
+
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

@@ -4,6 +4,7 @@
 //! ([`openapi`], [`docs`], section 9), and the operational routes ([`health`]). One list of operations
 //! ([`operations`], utoipa-axum's) feeds both the router and the OpenAPI definition.
 
+pub mod ceiling;
 pub mod docs;
 pub mod etag;
 pub mod handlers;
@@ -42,9 +43,16 @@ fn pages() -> Router<AppState> {
 
 /// The router of every route under `/v1`, the spec's operations (the data routes) wrapped by `data`: the
 /// layers that belong on data only (the freshness headers), chosen by route, not by matching the path of
-/// each request.
-pub fn v1_router(data: impl FnOnce(Router<AppState>) -> Router<AppState>) -> Router<AppState> {
-    let (operations, _) = operations().split_for_parts();
+/// each request. With a `ceiling` body, the benchmarks' constant route is among the data routes, outside
+/// the definition.
+pub fn v1_router(
+    ceiling: Option<ceiling::Ceiling>,
+    data: impl FnOnce(Router<AppState>) -> Router<AppState>,
+) -> Router<AppState> {
+    let (mut operations, _) = operations().split_for_parts();
+    if let Some(ceiling) = ceiling {
+        operations = operations.route("/ceiling", get(move || std::future::ready(ceiling.answer())));
+    }
     pages().merge(data(operations))
 }
 

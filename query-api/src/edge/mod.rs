@@ -35,8 +35,11 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// load shedding or the concurrency cap would have it restarted, which moves its load onto the others.
 /// Every answer is counted, the limits' refusals and a panic's 500 included.
 pub fn app(state: AppState, config: &Config) -> Router {
-    let v1 = api::v1_router(|data| data.layer(axum::middleware::from_fn_with_state(state.clone(), freshness::headers)))
-        .layer(axum::middleware::from_fn_with_state(state.clone(), rate_limit::headers));
+    let ceiling = api::ceiling::Ceiling::of(config.bench_ceiling_bytes as usize);
+    let v1 = api::v1_router(ceiling, |data| {
+        data.layer(axum::middleware::from_fn_with_state(state.clone(), freshness::headers))
+    })
+    .layer(axum::middleware::from_fn_with_state(state.clone(), rate_limit::headers));
     let limits = ServiceBuilder::new()
         // The limits: their refusals become responses, overload is shed, then the cap and the timeout.
         .layer(HandleErrorLayer::new(limits::refuse))

@@ -125,3 +125,24 @@ async fn the_api_metrics_count_requests_by_route_and_status_and_auth_failures() 
     assert_eq!(sample(&metrics, "api_request_duration_seconds_count", &["route=\"/v1/studies\""]), 3.0);
     assert!(!metrics.contains("nope"), "routes are patterns, never raw paths");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_benchmarks_ceiling_route_is_served_only_when_configured_and_through_the_data_routes_layers() {
+    let world = World::start(&fixture::dataset()).await;
+    assert_eq!(world.app.get("/v1/ceiling", None).await.status(), 404, "no such route by default");
+    let mut with_ceiling = config(&world.prefix, &end_to_end::env("REDIS_URL"));
+    with_ceiling.bench_ceiling_bytes = 5_000;
+    let app = spawn_app(with_ceiling).await;
+    app.wait_serving(Duration::from_secs(30)).await;
+    let response = app.get("/v1/ceiling", None).await;
+    assert_eq!(response.status(), 200, "no key needed: it reads nothing");
+    let headers = response.headers().clone();
+    assert_eq!(headers["cache-control"], "no-store");
+    assert!(headers.contains_key("x-request-id"));
+    assert!(headers.contains_key("x-read-model-caught-up"), "the data routes' freshness headers: {headers:?}");
+    let body = response.bytes().await.unwrap();
+    assert_eq!(body.len(), 5_000);
+    serde_json::from_slice::<Value>(&body).expect("a JSON body");
+    let openapi: Value = app.get("/v1/openapi.json", None).await.json().await.unwrap();
+    assert!(openapi["paths"].get("/ceiling").is_none(), "outside the API's definition");
+}
