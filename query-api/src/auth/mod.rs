@@ -7,7 +7,7 @@ pub mod client;
 pub mod credential;
 pub mod rate_limit;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,9 +56,11 @@ pub struct Auth {
     unknown: Option<UnknownKeys>,
     /// The proxies whose `X-Forwarded-For` names the client.
     trusted_proxies: Vec<ipnet::IpNet>,
-    /// The last generation whose key index this instance saw holding keys (its epoch): without its epoch
-    /// later, it was lost. One that never held a key (no key event yet) has no epoch either.
-    index_seen: AtomicU64,
+    /// Whether this instance has seen a key index holding keys (its epoch), in any generation: every
+    /// generation is built from the same topics, so once one held keys, a generation without a key index
+    /// lost it (Redis lost it, or a switch came to a generation Redis had lost), and no key is refused for
+    /// its absence. A read model that never held a key (no key event yet) has no epoch either.
+    index_seen: AtomicBool,
     metrics: Arc<Metrics>,
 }
 
@@ -71,7 +73,7 @@ impl Auth {
         trusted_proxies: Vec<ipnet::IpNet>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { model, kept, per_key, unknown, trusted_proxies, index_seen: AtomicU64::new(0), metrics }
+        Self { model, kept, per_key, unknown, trusted_proxies, index_seen: AtomicBool::new(false), metrics }
     }
 
     /// Who sent a request from `peer` with `headers` ([`client`]).
@@ -110,17 +112,16 @@ impl Auth {
                     unknown.admits(client, now).map_err(AuthError::Throttled)?;
                 }
                 self.metrics.key_lookups_redis.inc();
-                let generation = keys.generation();
                 let org = match self.model.key_lookup(&keys, &sha256).await? {
                     // Not kept either: the absence is the loss's, not the key's.
-                    KeyLookup::IndexMissing if self.index_seen.load(Ordering::Relaxed) == generation => {
+                    KeyLookup::IndexMissing if self.index_seen.load(Ordering::Relaxed) => {
                         return Err(AuthError::IndexLost);
                     }
                     KeyLookup::IndexMissing => None,
                     found => {
                         // The index has its epoch: it holds keys.
-                        if self.index_seen.load(Ordering::Relaxed) != generation {
-                            self.index_seen.store(generation, Ordering::Relaxed);
+                        if !self.index_seen.load(Ordering::Relaxed) {
+                            self.index_seen.store(true, Ordering::Relaxed);
                         }
                         match found {
                             KeyLookup::Organization(id) => Some(id),

@@ -302,23 +302,26 @@ async fn a_switch_to_a_generation_holding_less_than_was_applied_is_healed_as_a_l
     assert_eq!(status, 200);
 
     // A rebuild switched to generation 2, and Redis lost everything it had written: only the pointer is left.
+    // From the switch on, every answer is the whole list or 503, until one made while the API served
+    // generation 2 (its admin listener said so before the request) is whole. A heal can be over between
+    // two looks on a busy machine, so a 503 is counted, not waited for: that generation 2 was healed, not
+    // served short, is what the loss counted and the answers say.
     let _: () = redis().await.set(Keyspace::active_generation(&prefix), 2).await.unwrap();
-    eventually(Duration::from_secs(30), "the API to answer 503 while generation 2 heals", || async {
-        (total().await.0 == 503).then_some(())
-    })
-    .await;
-    let wrong = std::sync::Mutex::new(Vec::new());
+    let (wrong, refused) = (std::sync::Mutex::new(Vec::new()), std::sync::atomic::AtomicUsize::new(0));
     eventually(Duration::from_secs(60), "generation 2 to be served whole", || async {
+        let readyz = app.admin_get("/readyz").await.json::<Value>().await.ok();
+        let on_two = readyz.is_some_and(|body| body["generation"] == 2);
         match total().await {
-            (200, total) if total == full => return Some(()),
-            (503, _) => {}
+            (200, total) if total == full => return on_two.then_some(()),
+            (503, _) => drop(refused.fetch_add(1, Ordering::Relaxed)),
             other => wrong.lock().unwrap().push(other),
         }
         None
     })
     .await;
     let wrong = wrong.into_inner().unwrap();
-    assert!(wrong.is_empty(), "answers while generation 2 healed, other than 503: {wrong:?}");
+    assert!(wrong.is_empty(), "answers after the switch other than the whole list or 503: {wrong:?}");
+    eprintln!("answered 503 {} times while generation 2 healed", refused.into_inner());
     let losses = end_to_end::metrics::sample(&projector.metrics_text(), "projector_redis_losses_total", &[]);
     assert!(losses >= 1.0, "the loss is counted: {losses}");
 }
