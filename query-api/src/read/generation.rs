@@ -146,13 +146,7 @@ impl Generation {
                 }
                 return Found::Gone;
             }
-            Err(e) => {
-                if let Some(skipped) = UNREAD.allow() {
-                    tracing::warn!(error = %e, skipped, "could not read the active generation");
-                }
-                self.unsure();
-                return Found::Nothing;
-            }
+            Err(e) => return self.unread(&e, "the active generation"),
         };
         let highest = self.highest.load(Ordering::Acquire);
         if generation < highest {
@@ -184,13 +178,7 @@ impl Generation {
                         return Found::Gone;
                     }
                 }
-                Err(e) => {
-                    if let Some(skipped) = UNREAD.allow() {
-                        tracing::warn!(error = %e, skipped, "could not read the layout of the active generation");
-                    }
-                    self.unsure();
-                    return Found::Nothing;
-                }
+                Err(e) => return self.unread(&e, "the layout of the active generation"),
             }
         }
         let mut newly_healing = None;
@@ -206,13 +194,7 @@ impl Generation {
                 *healing = scope;
                 HEALING_SOME
             }
-            Err(e) => {
-                if let Some(skipped) = UNREAD.allow() {
-                    tracing::warn!(error = %e, skipped, "could not read whether the read model is complete");
-                }
-                self.unsure();
-                return Found::Nothing;
-            }
+            Err(e) => return self.unread(&e, "whether the read model is complete"),
         };
         if self.condition.swap(condition, Ordering::AcqRel) != condition {
             tracing::info!(generation, complete = condition == COMPLETE, "the read model's condition changed");
@@ -229,6 +211,15 @@ impl Generation {
             Ok(reports) => maintained(&reports, generation, since, now),
             Err(_) => false,
         }
+    }
+
+    /// A read of `what` failed: logged at most once a second, the condition made unsure, nothing found.
+    fn unread(&self, error: &redis::RedisError, what: &str) -> Found {
+        if let Some(skipped) = UNREAD.allow() {
+            tracing::warn!(%error, skipped, "could not read {what}");
+        }
+        self.unsure();
+        Found::Nothing
     }
 
     /// A read of the condition failed: until one succeeds, a known loss stays known, and anything else is
