@@ -10,7 +10,7 @@
 //! | `P:rebuild-lock` | string | held (with a TTL) by the one running rebuild |
 //! | `P:projectors` | hash | instance id → JSON state of each live projector (generation, paused, heartbeat) |
 //! | `P:gN:meta` | hash | when and by which consumer group generation N was built, and its `layout` version |
-//! | `P:gN:{position-T}:position` | hash | per partition, one past the last offset this primary applied (one key per primary, `T` a tag in its slots) |
+//! | `P:gN:{position-T}:position` | hash | per partition, one past the last offset this primary applied (one key per primary, `T` a tag in its slots), and `opened`: made before anything is written there, so that a primary without it lost its data |
 //! | `P:gN:healing` | hash | per partition being projected again after a loss: the offset to reach and the loss's id |
 //! | `P:gN:owner:<aggregate>:<id>` | string | the organization recorded for an aggregate |
 //! | `P:gN:{<org>}:study:<id>` | hash | `seq`, `state`: the projector's state of a study |
@@ -102,6 +102,12 @@ impl Keyspace {
     /// rolled back exactly with the data of that primary.
     pub fn position(&self, tag: &str) -> String {
         format!("{}:{{{tag}}}:position", self.base())
+    }
+
+    /// The positions of the primary serving the slot `ranges` (what the projector writes there and the
+    /// API looks for where an organization has no epoch).
+    pub fn positions_on(&self, ranges: &[(u16, u16)]) -> String {
+        self.position(&position_tag(ranges).unwrap_or_else(|| "position-0".into()))
     }
 
     /// The partitions this generation is being projected again on after Redis lost data; while it has

@@ -10,18 +10,22 @@ use std::collections::HashMap;
 
 use redis::{Script, Value};
 use shared::connection::{Connection, Node};
-use shared::keys::position_tag;
 use shared::loss::{HealingEntry, Losses};
 use shared::Keyspace;
 
 use crate::source::Partition;
 
 /// Writes positions on one primary: never lowers one, and refuses (returning the partitions) where the
-/// stored position is absent or below what this projector wrote there last: the primary lost data.
+/// stored position is absent or below what this projector wrote there last: the primary lost data. A
+/// projector that has not written there yet makes the hash even with no partition to record (its field
+/// `opened`), so that it exists before any data it vouches for: the API takes an organization without an
+/// epoch on a primary without it for a loss, not for an organization without data.
 const RECORD: &str = r"
--- KEYS[1] the primary's position hash; ARGV: partition, position, expected (empty: none), repeated
+-- KEYS[1] the primary's position hash; ARGV[1] '1' when this projector has not written here yet; then
+-- ARGV: partition, position, expected (empty: none), repeated
+if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'opened', '1') end
 local lost = {}
-for i = 1, #ARGV, 3 do
+for i = 2, #ARGV, 3 do
   local current = redis.call('HGET', KEYS[1], ARGV[i])
   local expected = ARGV[i + 2]
   if expected ~= '' and (not current or tonumber(current) < tonumber(expected)) then
@@ -82,7 +86,7 @@ async fn mark(
 
 /// The key holding the positions on `node`.
 pub fn key_on(keys: &Keyspace, node: &Node) -> String {
-    keys.position(&position_tag(&node.slots).unwrap_or_else(|| "position-0".into()))
+    keys.positions_on(&node.slots)
 }
 
 /// Per partition of `partitions`, the position the read model holds: the lowest over every primary, or
@@ -124,7 +128,8 @@ pub struct Lost {
     pub slots: Vec<(u16, u16)>,
 }
 
-/// Records `applied` on every primary. Returns what some primary lost (nothing is written for those
+/// Records `applied` on every primary (making the hash where this projector has not written yet, even
+/// with nothing applied). Returns what some primary lost (nothing is written for those
 /// partitions there); `written` is updated with what was written.
 pub async fn record(
     conn: &mut Connection,
@@ -133,20 +138,22 @@ pub async fn record(
     written: &mut Recorded,
 ) -> redis::RedisResult<Lost> {
     let mut lost = Lost::default();
-    if applied.is_empty() {
-        return Ok(lost);
-    }
     let script = Script::new(RECORD);
     for node in conn.nodes().await? {
         let key = key_on(keys, &node);
-        let expected = written.entry(key.clone()).or_default();
+        let opening = !written.contains_key(&key);
+        if applied.is_empty() && !opening {
+            continue;
+        }
         let mut invocation = script.prepare_invoke();
-        invocation.key(&key);
+        invocation.key(&key).arg(if opening { "1" } else { "" });
         for (p, position) in applied {
-            let last = expected.get(p).map(i64::to_string).unwrap_or_default();
+            let last = written.get(&key).and_then(|w| w.get(p)).map(i64::to_string).unwrap_or_default();
             invocation.arg(p.to_string()).arg(position).arg(last);
         }
         let refused: Vec<String> = invocation.invoke_async(conn).await?;
+        // Opened only once the script ran: a failed first call makes the hash again next time.
+        let expected = written.entry(key).or_default();
         if !refused.is_empty() {
             lost.slots.extend(node.slots.iter().copied());
         }
