@@ -11,6 +11,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::auth::AuthError;
+use crate::read::ReadError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -116,6 +117,15 @@ impl From<AuthError> for ApiError {
             AuthError::Throttled(wait) => ApiError::Throttled(wait),
             AuthError::IndexLost => ApiError::NotReady("the key index was lost and is not projected again yet"),
             AuthError::Redis(e) => ApiError::Unavailable(e),
+        }
+    }
+}
+
+impl From<ReadError> for ApiError {
+    fn from(e: ReadError) -> Self {
+        match e {
+            ReadError::Redis(e) => ApiError::Unavailable(e),
+            ReadError::SlotLost => ApiError::NotReady("an organization's data was lost and is not projected again yet"),
         }
     }
 }

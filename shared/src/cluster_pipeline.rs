@@ -57,16 +57,19 @@ pub fn client(info: ConnectionInfo, tls: &Tls) -> RedisResult<redis::Client> {
 #[derive(Default)]
 struct SlotMap {
     addresses: Vec<String>,
+    /// For each primary of `addresses`, the slot ranges it serves.
+    ranges: Vec<Vec<(u16, u16)>>,
     /// For each slot, an index into `addresses` (`u16::MAX`: none).
     owners: Vec<u16>,
 }
 
 impl SlotMap {
     fn of(reply: &Value) -> Self {
-        let mut map = Self { addresses: Vec::new(), owners: vec![u16::MAX; 16384] };
+        let mut map = Self { addresses: Vec::new(), ranges: Vec::new(), owners: vec![u16::MAX; 16384] };
         for primary in cluster_nodes::serving(reply) {
             let index = map.addresses.len() as u16;
             map.addresses.push(primary.address());
+            map.ranges.push(primary.slots.clone());
             for (low, high) in primary.slots {
                 for slot in low..=high.min(16383) {
                     map.owners[slot as usize] = index;
@@ -78,6 +81,10 @@ impl SlotMap {
 
     fn serving(&self, slot: u16) -> Option<&str> {
         self.addresses.get(*self.owners.get(slot as usize)? as usize).map(String::as_str)
+    }
+
+    fn ranges_serving(&self, slot: u16) -> Option<&[(u16, u16)]> {
+        self.ranges.get(*self.owners.get(slot as usize)? as usize).map(Vec::as_slice)
     }
 }
 
@@ -184,6 +191,21 @@ impl Pipelines {
             Some(Value::ServerError(e)) => Err(e.into()),
             _ => Err(std::io::Error::other("commands kept being redirected").into()),
         }
+    }
+
+    /// Every slot range of the primary serving `slot`, as the slot map last read says (read now if there
+    /// is none); empty when no primary serves it.
+    pub async fn ranges_serving<F, Fut>(&self, slot: u16, slots: F) -> RedisResult<Vec<(u16, u16)>>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = RedisResult<Value>>,
+    {
+        let cached = self.map.read().expect("slot map").clone();
+        let map = match cached {
+            Some(map) => map,
+            None => self.refresh(&slots).await?,
+        };
+        Ok(map.ranges_serving(slot).map(<[_]>::to_vec).unwrap_or_default())
     }
 
     /// One pipeline to `address`: the commands of `items`, each after `ASKING` where it says so. A

@@ -160,6 +160,21 @@ impl Connection {
         }
     }
 
+    /// Every slot range of the primary serving `slot` (every slot on one server), as the cluster's slot
+    /// map last read says: with [`crate::keys::position_tag`], where that primary's positions are kept.
+    pub async fn ranges_serving(&mut self, slot: u16) -> RedisResult<Vec<(u16, u16)>> {
+        match self {
+            Connection::Single(_) => Ok(vec![(0, 16383)]),
+            Connection::Cluster(cluster) => {
+                let slots = || async {
+                    let slots = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
+                    cluster.call(async |c| slots.query_async::<Value>(c).await).await
+                };
+                cluster.pipelines.ranges_serving(slot, slots).await
+            }
+        }
+    }
+
     /// Every key matching `pattern`, by SCAN over every primary of a cluster (or over the one server).
     pub async fn scan(&mut self, pattern: &str) -> RedisResult<Vec<String>> {
         match self {

@@ -73,6 +73,16 @@ impl Healing {
         (Self { projector, app, conn, prefix, config }, Instant::now())
     }
 
+    /// [`Self::with_projector_down`], with `during` run (and awaited) while none runs: what the API answers
+    /// meanwhile, when no projector can mark a loss.
+    pub async fn with_projector_down_for(self, during: impl AsyncFnOnce()) -> (Self, Instant) {
+        let Self { projector, app, conn, prefix, config } = self;
+        projector.stop().await;
+        during().await;
+        let projector = spawn(&config).await;
+        (Self { projector, app, conn, prefix, config }, Instant::now())
+    }
+
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
@@ -266,6 +276,19 @@ impl Prober {
                 .map(|p| &p.org)
                 .any(|org| !probes.iter().any(|p| p.at >= since && p.status == 200 && &p.org == org));
             (!unanswered && probes.iter().any(|p| p.at >= since)).then_some(())
+        })
+        .await;
+    }
+
+    /// Waits until every organization probed was answered (whatever the status) `times` times after `since`.
+    pub async fn wait_rounds(&self, since: Instant, times: usize, within: Duration) {
+        eventually(within, "the prober to hear every organization answered again", || async {
+            let probes = self.probes.lock().unwrap();
+            let mut orgs: Vec<&String> = probes.iter().map(|p| &p.org).collect();
+            orgs.sort();
+            orgs.dedup();
+            let answered = |org: &String| probes.iter().filter(|p| p.at >= since && &p.org == org).count();
+            (!orgs.is_empty() && orgs.into_iter().all(|org| answered(org) >= times)).then_some(())
         })
         .await;
     }

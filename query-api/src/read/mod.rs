@@ -25,6 +25,18 @@ use model::{InterviewRead, OrgEpoch, Page, ReadModel};
 use push::{Kind, Known, Tracker};
 use redis::RedisResult;
 
+/// Why a data read was not answered.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error(transparent)]
+    Redis(#[from] redis::RedisError),
+    /// The read found no epoch of the organization, and the primary serving its slot holds none of the
+    /// projector's positions either: that primary lost its data (a flush, a restart empty) and no
+    /// projector has marked the loss yet. An empty answer would be a short list served with 200.
+    #[error("the primary serving the organization's slot lost its data, which is not projected again yet")]
+    SlotLost,
+}
+
 /// The longest id a read asks Redis for: a longer one is no id the projector wrote, so it is answered as
 /// not found without a read, and never kept.
 pub const MAX_ID_BYTES: usize = 256;
@@ -85,7 +97,7 @@ impl Reads {
     }
 
     /// A page of the organization's completed studies.
-    pub async fn studies(&self, keys: &Keyspace, org: &str, span: Span) -> RedisResult<Read<Page<String>>> {
+    pub async fn studies(&self, keys: &Keyspace, org: &str, span: Span) -> Result<Read<Page<String>>, ReadError> {
         let key = ReadKey::Studies { start: span.start, stop: span.stop };
         let read = || self.model.studies(keys, org, span);
         let unwrap = |kept| if let Stored::Studies(kept) = kept { Some(kept) } else { None };
@@ -93,7 +105,7 @@ impl Reads {
     }
 
     /// One completed study's document, if there is one.
-    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Read<Option<String>>> {
+    pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> Result<Read<Option<String>>, ReadError> {
         if id.len() > MAX_ID_BYTES {
             return Ok(Read { found: Arc::new(None), epoch: None });
         }
@@ -109,7 +121,7 @@ impl Reads {
         org: &str,
         study_id: &str,
         span: Span,
-    ) -> RedisResult<Read<Option<Page<InterviewRead>>>> {
+    ) -> Result<Read<Option<Page<InterviewRead>>>, ReadError> {
         if study_id.len() > MAX_ID_BYTES {
             return Ok(Read { found: Arc::new(None), epoch: None });
         }
@@ -124,7 +136,12 @@ impl Reads {
     }
 
     /// One interview's document and transcript, if it is served.
-    pub async fn interview(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<Read<Option<InterviewRead>>> {
+    pub async fn interview(
+        &self,
+        keys: &Keyspace,
+        org: &str,
+        id: &str,
+    ) -> Result<Read<Option<InterviewRead>>, ReadError> {
         if id.len() > MAX_ID_BYTES {
             return Ok(Read { found: Arc::new(None), epoch: None });
         }
@@ -144,14 +161,14 @@ impl Reads {
         wrap: fn(Arc<T>) -> Stored,
         unwrap: fn(Stored) -> Option<Arc<T>>,
         read: F,
-    ) -> RedisResult<Read<T>>
+    ) -> Result<Read<T>, ReadError>
     where
         F: FnOnce() -> Fut,
         Fut: Future<Output = RedisResult<(T, OrgEpoch)>>,
     {
         let generation = keys.generation();
         let Some(cache) = &self.cache else {
-            let (found, epoch) = read().await?;
+            let (found, epoch) = self.vouched(keys, org, read().await?).await?;
             return Ok(Read { found: Arc::new(found), epoch: epoch.map(Arc::from) });
         };
         let epoch_key = keys.org_epoch(org);
@@ -164,12 +181,23 @@ impl Reads {
             }
         }
         self.metrics.reads_redis.inc();
-        let (found, epoch) = read().await?;
+        let (found, epoch) = self.vouched(keys, org, read().await?).await?;
         let (found, epoch) = (Arc::new(found), epoch.map(Arc::<str>::from));
         if epoch.is_some() {
             cache.insert(generation, org, key, wrap(found.clone()), epoch.as_ref());
             self.tracker.keep(&epoch_key, model::org_epoch(keys, org), Kind::Org);
         }
         Ok(Read { found, epoch })
+    }
+
+    /// A read that found an epoch of the organization, as it is; one that found none (an organization
+    /// without data, a study not completed, a page read key by key) only once the primary serving the
+    /// organization's slot is seen still holding the projector's positions, which the projector records
+    /// on every primary a few times a second and a flush or an empty restart takes with the data.
+    async fn vouched<T>(&self, keys: &Keyspace, org: &str, read: (T, OrgEpoch)) -> Result<(T, OrgEpoch), ReadError> {
+        if read.1.is_none() && !self.model.positions_kept(keys, org).await? {
+            return Err(ReadError::SlotLost);
+        }
+        Ok(read)
     }
 }

@@ -198,6 +198,15 @@ impl ReadModel {
         settled(call, cluster).await
     }
 
+    /// Whether the primary serving `org`'s slot holds the projector's positions (`HVALS`, which the API's
+    /// Redis user may run, of a hash of one field per partition).
+    pub async fn positions_kept(&self, keys: &Keyspace, org: &str) -> RedisResult<bool> {
+        let mut conn = self.conn().await?.clone();
+        let ranges = conn.ranges_serving(shared::keys::slot(&keys.org_epoch(org))).await?;
+        let positions: Vec<redis::Value> = self.query(redis::cmd("HVALS").arg(keys.positions_on(&ranges))).await?;
+        Ok(!positions.is_empty())
+    }
+
     /// Runs a script (a page read, or a long transcript's chunk), riding out a slot that moves.
     pub(super) async fn invoke<T: redis::FromRedisValue>(&self, invocation: &ScriptInvocation<'_>) -> RedisResult<T> {
         let conn = self.conn().await?;

@@ -83,6 +83,9 @@ async fn an_api_started_while_redis_is_down_answers_503_and_then_serves_the_real
     let _: () = conn.set(Keyspace::active_generation(&prefix), 2).await.unwrap();
     let _: () =
         conn.hset_multiple(keys.api_key_sha(&key_sha256(secret)), &[("org", "org"), ("key", "k")]).await.unwrap();
+    // And the positions a projector records before it writes anything (the API takes an organization
+    // without an epoch, on a primary without them, for a loss).
+    let _: () = conn.hset(keys.positions_on(&[(0, 16383)]), "opened", "1").await.unwrap();
     redis.stop();
 
     let mut api = config(&prefix, &redis.url());

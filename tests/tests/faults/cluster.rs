@@ -102,26 +102,10 @@ async fn on_a_cluster_a_loss_told_by_the_positions_alone_makes_only_that_primary
 /// organizations whose keys lived there are answered 503 until healed, and the others are served
 /// throughout. With `info` false the projector runs as a user that may not run `INFO`.
 async fn only_the_flushed_primarys_organizations_wait(info: bool) {
-    use shared::keys::slot;
-    use shared::Keyspace;
     let cluster = OwnCluster::start(Persistence::Snapshots).await;
-    let node_of = |key: &str| cluster.primary_of(slot(key));
-    // A prefix whose shared keys (the active generation, the projectors' reports, the healing entries,
-    // the key index) all live off one primary: the one flushed.
-    let (prefix, flushed) = (0..100)
-        .find_map(|_| {
-            let prefix = end_to_end::unique("heal");
-            let keys = Keyspace::new(prefix.clone(), 1);
-            let shared = [Keyspace::active_generation(&prefix), Keyspace::projectors(&prefix), keys.healing()];
-            let used: Vec<usize> = shared.iter().map(|k| node_of(k)).chain([node_of(&keys.api_key_epoch())]).collect();
-            (0..3).find(|n| !used.contains(n)).map(|n| (prefix, n))
-        })
-        .expect("a prefix whose shared keys leave a primary free");
+    let (prefix, flushed) = prefix_sparing_a_primary(&cluster);
     let scenario = Scenario::generate(0x5eed_1114, 9, 8, 4);
-    let keys = Keyspace::new(prefix.clone(), 1);
-    let (waiting, served): (Vec<String>, Vec<String>) =
-        scenario.organizations().into_iter().partition(|org| node_of(&keys.org_epoch(org)) == flushed);
-    assert!(!waiting.is_empty() && !served.is_empty(), "organizations on both sides: {waiting:?} {served:?}");
+    let (waiting, served) = organizations_on(&cluster, &prefix, flushed, &scenario);
     let topics = Topics::holding(&scenario.messages).await;
     let expected = reference(&topics, &scenario).await;
     let projector_urls = if info {
@@ -160,4 +144,84 @@ async fn only_the_flushed_primarys_organizations_wait(info: bool) {
     );
     assert!(waited.contains(&503), "the flushed primary's organizations waited: {waited:?}");
     assert!(!kept.is_empty() && kept.iter().all(|s| *s == 200), "the others were served throughout: {kept:?}");
+}
+
+/// A prefix whose shared keys (the active generation, the projectors' reports, the healing entries, the
+/// key index) all live off one primary of `cluster`, and that primary.
+fn prefix_sparing_a_primary(cluster: &OwnCluster) -> (String, usize) {
+    use shared::keys::slot;
+    use shared::Keyspace;
+    let node_of = |key: &str| cluster.primary_of(slot(key));
+    (0..100)
+        .find_map(|_| {
+            let prefix = end_to_end::unique("heal");
+            let keys = Keyspace::new(prefix.clone(), 1);
+            let shared = [Keyspace::active_generation(&prefix), Keyspace::projectors(&prefix), keys.healing()];
+            let used: Vec<usize> = shared.iter().map(|k| node_of(k)).chain([node_of(&keys.api_key_epoch())]).collect();
+            (0..3).find(|n| !used.contains(n)).map(|n| (prefix, n))
+        })
+        .expect("a prefix whose shared keys leave a primary free")
+}
+
+/// The scenario's organizations whose keys live on primary `node` under `prefix`, and the others; both
+/// sides hold some.
+fn organizations_on(
+    cluster: &OwnCluster,
+    prefix: &str,
+    node: usize,
+    scenario: &Scenario,
+) -> (Vec<String>, Vec<String>) {
+    let keys = shared::Keyspace::new(prefix, 1);
+    let (on, off): (Vec<String>, Vec<String>) = scenario
+        .organizations()
+        .into_iter()
+        .partition(|org| cluster.primary_of(shared::keys::slot(&keys.org_epoch(org))) == node);
+    assert!(!on.is_empty() && !off.is_empty(), "organizations on both sides: {on:?} {off:?}");
+    (on, off)
+}
+
+/// A primary flushed while no projector runs, so that no loss is marked: its organizations' keys are still
+/// found (the key index lives elsewhere), their data is gone. The API, finding such an organization
+/// without its epoch, sees that primary holding none of the projector's positions either and answers 503,
+/// never an empty list; the other primaries' organizations are served; a projector that starts heals it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_a_primary_flushed_while_no_projector_runs_never_serves_its_organizations_empty() {
+    let cluster = OwnCluster::start(Persistence::Snapshots).await;
+    let (prefix, flushed) = prefix_sparing_a_primary(&cluster);
+    let scenario = Scenario::generate(0x5eed_1115, 9, 8, 4);
+    let (waiting, served) = organizations_on(&cluster, &prefix, flushed, &scenario);
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let world = Healing::start_under(&prefix, &topics, &cluster.urls(), true).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let prober = Prober::start(&world.app, &scenario);
+    prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
+
+    let (mut flushed_at, mut restarting) = (Instant::now(), Instant::now());
+    let (mut world, _) = world
+        .with_projector_down_for(async || {
+            assert_eq!(cluster.nodes[flushed].cli(&["FLUSHALL"]), "OK");
+            flushed_at = Instant::now();
+            prober.wait_rounds(flushed_at + GRACE, 5, Duration::from_secs(20)).await;
+            restarting = Instant::now();
+        })
+        .await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    let probes = prober.finish().await;
+    assert_no_wrong_answer_after(&probes, flushed_at);
+    let down = |orgs: &[String]| -> Vec<u16> {
+        let answers = probes.iter().filter(|p| p.at >= flushed_at + GRACE && p.at < restarting);
+        answers.filter(|p| orgs.contains(&p.org)).map(|p| p.status).collect()
+    };
+    let (waited, kept) = (down(&waiting), down(&served));
+    println!(
+        "with no projector: {} answers to the flushed primary's organizations, {} to the others",
+        waited.len(),
+        kept.len()
+    );
+    assert!(
+        !waited.is_empty() && waited.iter().all(|s| *s == 503),
+        "the flushed primary's organizations waited: {waited:?}"
+    );
+    assert!(!kept.is_empty() && kept.iter().all(|s| *s == 200), "the others were served: {kept:?}");
 }
