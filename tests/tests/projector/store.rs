@@ -137,6 +137,40 @@ async fn positions_are_not_recorded_onto_a_redis_found_flushed() {
     assert!(held.is_empty(), "no position was written onto the flushed Redis: {held:?}");
 }
 
+/// A projector makes its position hash on a primary at its first look, before it has applied anything
+/// (so before it writes any data there): the API takes a primary without it for one that lost its data.
+/// After a flush the hash is not made again until the loss is answered (the projector forgets what it
+/// wrote), so that it never vouches for data the primary no longer holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_makes_its_position_hash_before_it_applies_anything_and_not_again_after_a_flush() {
+    use end_to_end::own_redis::Persistence;
+    use projector::{Metrics, Watch};
+    use std::collections::HashMap;
+    let own = OwnRedis::with(Persistence::AofAlways);
+    let conn = connect(&own).await;
+    let keys = Keyspace::new(unique("opened"), 1);
+    let metrics = std::sync::Arc::new(Metrics::new(["s".into(), "i".into(), "k".into()]));
+    let mut watch = Watch::new(conn.clone(), metrics);
+    let hash = keys.positions_on(&[(0, 16383)]);
+    let held = |conn: &Connection| {
+        let (mut conn, hash) = (conn.clone(), hash.clone());
+        async move { conn.hgetall::<_, HashMap<String, String>>(&hash).await.unwrap() }
+    };
+    let first = watch.losses(&keys, &HashMap::new()).await.unwrap();
+    assert!(first.is_empty(), "{first:?}");
+    assert_eq!(held(&conn).await, HashMap::from([("opened".to_string(), "1".to_string())]), "made before any batch");
+
+    assert_eq!(own.cli(&["FLUSHALL"]), "OK");
+    let losses = watch.losses(&keys, &HashMap::new()).await.unwrap();
+    assert!(!losses.is_empty(), "the flush is a loss");
+    let again = watch.losses(&keys, &HashMap::new()).await.unwrap();
+    assert!(again.is_empty(), "{again:?}");
+    assert!(held(&conn).await.is_empty(), "not made again on the flushed primary before the loss is answered");
+    watch.forget_all();
+    watch.losses(&keys, &HashMap::new()).await.unwrap();
+    assert_eq!(held(&conn).await.get("opened").map(String::as_str), Some("1"), "made again once answered");
+}
+
 /// A guard that finds nothing the first time it looks and then loses Redis's data (a flush right after
 /// the look that let a batch be written, before its states are read); afterwards it looks for real.
 struct FlushedAfterTheFirstLook<'a> {
