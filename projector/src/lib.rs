@@ -50,8 +50,8 @@ pub use observe::{Counts, Metrics, Outcome};
 pub use repair::{run as repair, Report as RepairReport, Target as RepairTarget};
 pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
 pub use run::{live_instances, Instance, Projector};
-/// The projector's `fetch.wait.max.ms` unless a property says otherwise (for the benchmarks' ceilings).
-pub use source::{Partition, FETCH_WAIT_MAX_MS};
+/// The operator's Kafka properties, which the benchmarks' ceilings read with too.
+pub use source::{KafkaOptions, Partition, Properties};
 /// The healing entries of a generation, as projectors mark and read them.
 pub use store::position::{healing as healing_entries, mark_healing, Healing};
 pub use store::{active_generation, delete_generation, generation_keys, Digest, Store};

@@ -1,6 +1,6 @@
 //! The broker's read ceiling: a plain consumer reads every partition of a run's topics from the start to
-//! the end and discards the messages. It reads with the projector's `fetch.wait.max.ms` unless told
-//! otherwise, and reports its rate from its start and, leaving the start-up and the end out, over the
+//! the end and discards the messages. It reads with the projector's Kafka properties from the environment
+//! (`KAFKA_PROPERTY_*`) and those it is given, and reports its rate from its start and, leaving the start-up and the end out, over the
 //! middle of the read: from the 10th to the 90th percentile of the messages.
 
 use std::time::{Duration, Instant};
@@ -21,8 +21,8 @@ struct Args {
     /// Name of the run whose topics to read.
     #[arg(long)]
     run: String,
-    /// A librdkafka property of the consumer, KEY=VALUE (repeatable); librdkafka's defaults otherwise, but
-    /// for `fetch.wait.max.ms`, the projector's.
+    /// A librdkafka property of the consumer, KEY=VALUE (repeatable), over the projector's properties from
+    /// the environment (`KAFKA_PROPERTY_*`) and librdkafka's defaults.
     #[arg(long = "property", value_name = "KEY=VALUE")]
     properties: Vec<String>,
 }
@@ -36,8 +36,11 @@ fn main() -> Result<()> {
         .set("bootstrap.servers", &args.brokers)
         .set("group.id", format!("{}-ceiling", args.run))
         .set("enable.auto.commit", "false")
-        .set("auto.offset.reset", "earliest")
-        .set("fetch.wait.max.ms", projector::FETCH_WAIT_MAX_MS);
+        .set("auto.offset.reset", "earliest");
+    // The projector's properties from the environment (`KAFKA_PROPERTY_*`: the local stack's
+    // `fetch.wait.max.ms`), then those given.
+    let from_env = projector::Properties::load(&projector::KafkaOptions::default(), std::env::vars());
+    from_env.map_err(anyhow::Error::msg)?.apply(&mut settings);
     for property in &args.properties {
         let Some((key, value)) = property.split_once('=') else {
             bail!("--property takes KEY=VALUE, not {property:?}")

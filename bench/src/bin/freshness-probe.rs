@@ -85,7 +85,7 @@ struct Measure {
     #[arg(long, default_value_t = 2)]
     probe_ms: u64,
     /// A librdkafka property of the projector's consumer, `key=value`, given to the ceiling's consumer too
-    /// (repeatable); the projector's own defaults (`fetch.wait.max.ms`) are the ceiling's unless given.
+    /// (repeatable), over the projector's properties from the environment (`KAFKA_PROPERTY_*`).
     #[arg(long = "kafka-property", value_parser = key_value)]
     kafka_properties: Vec<(String, String)>,
 }
@@ -413,8 +413,10 @@ fn start_ceiling(
     config
         .set("bootstrap.servers", &m.shape.brokers)
         .set("group.id", format!("{}-ceiling", m.shape.run))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", projector::FETCH_WAIT_MAX_MS);
+        .set("enable.auto.commit", "false");
+    // The projector's properties from the environment (`KAFKA_PROPERTY_*`), then those given.
+    let from_env = projector::Properties::load(&projector::KafkaOptions::default(), std::env::vars());
+    from_env.map_err(anyhow::Error::msg)?.apply(&mut config);
     for (key, value) in &m.kafka_properties {
         config.set(key, value);
     }

@@ -98,15 +98,13 @@ fn code(error: &KafkaError) -> String {
 
 pub type LiveConsumer = StreamConsumer<Context>;
 
-/// How long a fetch that finds nothing new waits at the broker, unless a property says otherwise:
-/// librdkafka's 500 ms is the delay a broker that does not answer a waiting fetch early (as the local
-/// stack's) adds to every event; 10 ms bounds it, at the cost of an empty fetch per broker every 10 ms
-/// while nothing happens (`KAFKA_PROPERTY_FETCH_WAIT_MAX_MS` raises it).
-pub const FETCH_WAIT_MAX_MS: &str = "10";
-
+/// Every client's settings: librdkafka's defaults, the operator's properties over them, and what the
+/// projector owns. `fetch.wait.max.ms` is librdkafka's 500 ms unless a property says otherwise: Apache
+/// Kafka and MSK answer a waiting fetch as soon as data arrives, so it costs no freshness there; a broker
+/// that answers only when the wait is up (the local stack's) adds it to every event, and is given 10 ms
+/// (`KAFKA_PROPERTY_FETCH_WAIT_MAX_MS`, docs/configuration.md).
 pub(super) fn settings(config: &Config, group: &str) -> ClientConfig {
     let mut settings = ClientConfig::new();
-    settings.set("fetch.wait.max.ms", FETCH_WAIT_MAX_MS);
     config.kafka_properties().apply(&mut settings);
     settings
         .set("bootstrap.servers", config.brokers())
@@ -134,7 +132,7 @@ pub fn inspector(config: &Config, group: &str) -> KafkaResult<BaseConsumer> {
 /// A consumer that reads a partition to find its end (see `undelivered`): it reports reaching the end
 /// of a partition, and joins and commits nothing.
 pub fn end_reader(config: &Config) -> KafkaResult<BaseConsumer> {
-    settings(config, &config.group_id).set("enable.partition.eof", "true").set("fetch.wait.max.ms", "10").create()
+    settings(config, &config.group_id).set("enable.partition.eof", "true").create()
 }
 
 /// The producer of dead letters and replays. Its largest message is the largest the consumer accepts
@@ -249,5 +247,23 @@ mod tests {
         assert!(!drained(100, 0, 120), "still being fetched: a replay behind a slow broker");
         assert!(!drained(120, 15, 120), "fetched, but messages wait in the queue");
         assert!(!drained(-1001, 0, 120), "not fetching at all");
+    }
+
+    /// A configuration whose Kafka properties come from `env` alone.
+    fn configured(env: &[(&str, &str)]) -> Config {
+        use clap::Parser;
+        let mut config = Config::parse_from(["projector"]);
+        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+        config.kafka_properties = Some(crate::source::Properties::load(&config.kafka, env).unwrap());
+        config
+    }
+
+    /// What every client starts from (the live consumer, the inspector, the end reader, the repair and
+    /// rebuild readers): none of them sets `fetch.wait.max.ms` of its own.
+    #[test]
+    fn every_client_waits_at_the_broker_as_librdkafka_does_unless_a_property_says_otherwise() {
+        assert_eq!(settings(&configured(&[]), "g").get("fetch.wait.max.ms"), None, "librdkafka's 500 ms");
+        let local = configured(&[("KAFKA_PROPERTY_FETCH_WAIT_MAX_MS", "10")]);
+        assert_eq!(settings(&local, "g").get("fetch.wait.max.ms"), Some("10"), "the operator's");
     }
 }

@@ -22,7 +22,7 @@ use rdkafka::Offset;
 use shared::Topic;
 use tokio::sync::watch;
 
-pub use consumer::{Batch, FETCH_WAIT_MAX_MS};
+pub use consumer::Batch;
 pub use dead_letter::{
     dead_letter_topic, list as list_dead_letters, replay as replay_dead_letters, DeadLetter, ReplayError,
 };

@@ -36,10 +36,7 @@ impl Reader {
         // Without `enable.partition.eof`: librdkafka would log each partition's end as an error. A
         // partition whose last offsets deliver nothing is found done by its position when polls come back
         // empty.
-        let consumer: BaseConsumer = consumer::settings(config, &group)
-            // The local broker does not answer a waiting fetch early when a partition it holds has data.
-            .set("fetch.wait.max.ms", "10")
-            .create()?;
+        let consumer: BaseConsumer = consumer::settings(config, &group).create()?;
         let topics = topics.iter().map(|t| (config.topic_name(*t).to_string(), *t)).collect();
         Ok(Self { consumer, topics, next: HashMap::new() })
     }
