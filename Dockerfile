@@ -12,9 +12,10 @@ FROM rust:1-bookworm AS builder
 
 # rdkafka is built with its `cmake-build` feature (bundled librdkafka), which
 # needs cmake; its `ssl` feature (TLS and SASL PLAIN, SCRAM and OAUTHBEARER to
-# the brokers) links OpenSSL; zstd is built in statically.
+# the brokers) links OpenSSL; its `curl` feature (OAUTHBEARER's OIDC method)
+# links libcurl; zstd is built in statically.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends cmake libssl-dev pkg-config \
+    && apt-get install -y --no-install-recommends cmake libssl-dev libcurl4-openssl-dev pkg-config \
     && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src
@@ -34,10 +35,10 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM debian:bookworm-slim AS runtime
 
 # ca-certificates: the system roots that TLS to Kafka (librdkafka), Redis
-# (rediss://, rustls) and S3 trust by default; libssl3: the OpenSSL librdkafka
-# links.
+# (rediss://, rustls) and S3 trust by default; libssl3 and libcurl4: the
+# OpenSSL and libcurl librdkafka links.
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends ca-certificates libssl3 \
+    && apt-get install -y --no-install-recommends ca-certificates libssl3 libcurl4 \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --uid 10001 --no-create-home app
 USER app

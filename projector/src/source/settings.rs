@@ -196,7 +196,7 @@ pub fn builtin_features() -> String {
 }
 
 /// What a client of the projector needs librdkafka to have been built with.
-pub const NEEDED_FEATURES: &[&str] = &["ssl", "sasl_plain", "sasl_scram", "sasl_oauthbearer", "zstd"];
+pub const NEEDED_FEATURES: &[&str] = &["ssl", "sasl_plain", "sasl_scram", "sasl_oauthbearer", "oidc", "zstd"];
 
 #[cfg(test)]
 mod tests {
@@ -210,7 +210,7 @@ mod tests {
     }
 
     #[test]
-    fn librdkafka_is_built_with_tls_every_sasl_mechanism_and_zstd() {
+    fn librdkafka_is_built_with_tls_every_sasl_mechanism_oidc_and_zstd() {
         let features = builtin_features();
         let have: Vec<&str> = features.split(',').collect();
         for needed in NEEDED_FEATURES {

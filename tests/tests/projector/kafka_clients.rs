@@ -100,3 +100,78 @@ async fn a_missing_dead_letter_topic_fails_the_start_and_is_named() {
     }
     assert!(!message.contains(&format!("{},", topics.study)), "the source topics exist: {message}");
 }
+
+/// A token endpoint of an OAuth/OIDC provider: answers every request with a bearer token (a JWT that
+/// librdkafka reads, not checks) and keeps what it was asked.
+async fn token_endpoint() -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/oauth2/token", listener.local_addr().unwrap());
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = asked.clone();
+    tokio::spawn(async move {
+        let b64 = |json: &str| {
+            use base64::Engine;
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(json)
+        };
+        let expires = chrono::Utc::now().timestamp() + 3600;
+        let claims = format!(r#"{{"sub":"projector","iat":{},"exp":{expires}}}"#, expires - 3600);
+        let jwt = format!("{}.{}.{}", b64(r#"{"alg":"RS256","typ":"JWT"}"#), b64(&claims), b64("signature"));
+        let body = format!(r#"{{"access_token":"{jwt}","token_type":"Bearer","expires_in":3600}}"#);
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = vec![0; 16 * 1024];
+            let n = socket.read(&mut request).await.unwrap_or(0);
+            kept.lock().unwrap().push(String::from_utf8_lossy(&request[..n]).into_owned());
+            let response = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = socket.write_all(response.as_bytes()).await;
+        }
+    });
+    (url, asked)
+}
+
+/// Confluent Cloud and Azure Event Hubs offer OAuth/OIDC: with `sasl.oauthbearer.method=oidc` the
+/// projector's Kafka clients fetch their token from the provider's endpoint with the client credentials
+/// the properties give (librdkafka's OIDC method, which needs it built with libcurl). The local broker
+/// has no SASL of its own, so what is checked is the provider being asked as OAuth says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_oidc_method_the_projector_asks_the_providers_token_endpoint_with_its_client_credentials() {
+    let topics = Topics::create_on(kafka::client(), 1, true).await;
+    let (endpoint, asked) = token_endpoint().await;
+    let mut command = std::process::Command::new(runner::binary());
+    command.args(runner::args(&topics, &unique("rm"), &unique("g"))).env("RUST_LOG", "error");
+    for (name, value) in [
+        ("SECURITY_PROTOCOL", "SASL_PLAINTEXT"),
+        ("SASL_MECHANISM", "OAUTHBEARER"),
+        ("SASL_OAUTHBEARER_METHOD", "oidc"),
+        ("SASL_OAUTHBEARER_CLIENT_ID", "projector-client"),
+        ("SASL_OAUTHBEARER_CLIENT_SECRET", "projector-secret"),
+        ("SASL_OAUTHBEARER_SCOPE", "kafka"),
+        ("SASL_OAUTHBEARER_TOKEN_ENDPOINT_URL", endpoint.as_str()),
+    ] {
+        command.env(format!("KAFKA_PROPERTY_{name}"), value);
+    }
+    let log = std::env::temp_dir().join(format!("{}.log", unique("oidc")));
+    command.stderr(std::fs::File::create(&log).unwrap());
+    let _projector = runner::KillOnDrop(command.spawn().expect("projector starts"));
+    let request = end_to_end::eventually(WAIT, "the token endpoint to be asked", || async {
+        let first = asked.lock().unwrap().first().cloned();
+        first.or_else(|| {
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(!log.contains("libcurl"), "the projector cannot use the OIDC method: {log}");
+            None
+        })
+    })
+    .await;
+    let basic = {
+        use base64::Engine;
+        base64::engine::general_purpose::STANDARD.encode("projector-client:projector-secret")
+    };
+    let lower = request.to_lowercase();
+    assert!(request.starts_with("POST /oauth2/token "), "{request}");
+    assert!(lower.contains(&format!("authorization: basic {}", basic.to_lowercase())), "{request}");
+    assert!(request.contains("grant_type=client_credentials"), "{request}");
+    assert!(request.contains("scope=kafka"), "{request}");
+}
