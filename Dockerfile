@@ -21,6 +21,11 @@ RUN apt-get update \
 WORKDIR /src
 COPY . .
 
+# The commit built (the context has no .git): `--version` prints it. Give it as
+# --build-arg GIT_COMMIT=$(git rev-parse --short=12 HEAD).
+ARG GIT_COMMIT=unknown
+ENV GIT_COMMIT=$GIT_COMMIT
+
 # Cache mounts keep the registry and the target dir between builds (BuildKit).
 # The target dir is a cache mount, so the binaries are copied out of it in the
 # same step to land in the image layer.
@@ -33,6 +38,16 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 
 # ---- runtime base --------------------------------------------------------------
 FROM debian:bookworm-slim AS runtime
+
+# OCI labels: VERSION is the workspace's (Cargo.toml), REVISION the commit, SOURCE the repository's URL.
+ARG VERSION=0.1.0
+ARG GIT_COMMIT=unknown
+ARG SOURCE=""
+LABEL org.opencontainers.image.title="completed-studies" \
+      org.opencontainers.image.version="$VERSION" \
+      org.opencontainers.image.revision="$GIT_COMMIT" \
+      org.opencontainers.image.source="$SOURCE" \
+      org.opencontainers.image.licenses="MIT"
 
 # ca-certificates: the system roots that TLS to Kafka (librdkafka), Redis
 # (rediss://, rustls) and S3 trust by default; libssl3 and libcurl4: the

@@ -11,7 +11,7 @@ use shared::Topic;
 #[derive(Debug, Clone, Parser)]
 #[command(
     name = "projector",
-    version,
+    version = crate::VERSION,
     about = "Projects study, interview and API-key events from Kafka into the Redis read model."
 )]
 pub struct Config {

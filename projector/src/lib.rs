@@ -45,6 +45,9 @@ use std::future::Future;
 use tokio::sync::watch;
 
 pub use config::Config;
+
+/// What `--version` says: the workspace's version and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GIT_COMMIT"), ")");
 pub use heal::Watch;
 pub use observe::{Counts, Metrics, Outcome};
 pub use repair::{run as repair, Report as RepairReport, Target as RepairTarget};

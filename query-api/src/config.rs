@@ -7,7 +7,7 @@ use clap::Parser;
 use shared::redis_options::RedisOptions;
 
 #[derive(Debug, Clone, Parser)]
-#[command(name = "query-api", version, about = "Serves completed studies and interviews from the Redis read model.")]
+#[command(name = "query-api", version = crate::VERSION, about = "Serves completed studies and interviews from the Redis read model.")]
 pub struct Config {
     /// Address of the public API: `/v1/*`, `/livez` and `/readyz`.
     #[arg(long, env = "LISTEN_ADDR", default_value = "127.0.0.1:8080")]

@@ -32,6 +32,9 @@
 //! (`api::models::Interview`, section 2), written from the stored bytes through the borrowed
 //! `api::json::InterviewFields` without building the served shape (tests keep the two byte-identical).
 
+/// What `--version` says: the workspace's version and the commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GIT_COMMIT"), ")");
+
 mod api;
 mod auth;
 pub mod config;

@@ -16,7 +16,7 @@ use crate::Error;
 #[derive(Debug, Parser)]
 #[command(
     name = "projector",
-    version,
+    version = crate::VERSION,
     about = "Projects study, interview and API-key events from Kafka into the Redis read model."
 )]
 pub struct Cli {

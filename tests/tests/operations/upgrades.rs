@@ -132,3 +132,40 @@ async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_by_comm
         .unwrap();
     eventually(Duration::from_secs(20), "served again", || async { (status(&app).await == 200).then_some(()) }).await;
 }
+
+/// One version for the workspace: both binaries print it with the commit they were built from, the
+/// example overlay tags both images with it, the changelog has its entry, and the Dockerfile labels the
+/// images with it (the OCI labels: version, revision, source, licenses).
+#[test]
+fn both_binaries_the_overlay_the_changelog_and_the_image_labels_agree_on_one_version() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let manifest = read("Cargo.toml");
+    let package = manifest.split("[workspace.package]").nth(1).expect("a [workspace.package] table");
+    let version = package
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \""))
+        .and_then(|v| v.strip_suffix('"'))
+        .expect("the workspace's version");
+    let head = std::process::Command::new("git").args(["rev-parse", "--short=12", "HEAD"]).current_dir(&root).output();
+    let commit =
+        head.ok().filter(|o| o.status.success()).map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let commit = commit.expect("a git checkout, whose commit the binaries were built from");
+    let binaries = runner::binary();
+    let dir = binaries.parent().expect("the binaries' directory");
+    for name in ["projector", "query-api"] {
+        let output = std::process::Command::new(dir.join(name)).arg("--version").output().unwrap();
+        assert!(output.status.success(), "{name} --version");
+        let said = String::from_utf8_lossy(&output.stdout).trim().to_string();
+        assert_eq!(said, format!("{name} {version} ({commit})"), "{name} --version");
+    }
+    let overlay = read("deploy/kubernetes/overlays/example/kustomization.yaml");
+    let tags: Vec<&str> = overlay.lines().filter_map(|l| l.trim().strip_prefix("newTag: ")).collect();
+    assert_eq!(tags, [format!("\"{version}\""), format!("\"{version}\"")], "the overlay's image tags");
+    assert!(read("CHANGELOG.md").contains(&format!("\n## [{version}] - ")), "the changelog's entry for {version}");
+    let dockerfile = read("Dockerfile");
+    assert!(dockerfile.contains(&format!("ARG VERSION={version}\n")), "the image's version label");
+    for label in ["version", "revision", "source", "licenses"] {
+        assert!(dockerfile.contains(&format!("org.opencontainers.image.{label}=")), "the OCI label {label}");
+    }
+}
