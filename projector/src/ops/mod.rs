@@ -105,11 +105,13 @@ pub enum Output {
     Json,
 }
 
-/// Does what the command line says, printing what an operator asked for.
-pub async fn run(cli: Cli) -> Result<(), Error> {
+/// Does what the command line says, printing what an operator asked for; the exit code is 0 but for
+/// `status`, whose code says what it found.
+pub async fn run(cli: Cli) -> Result<std::process::ExitCode, Error> {
     let mut config = cli.config;
     config.load_kafka_properties()?;
-    match cli.command.unwrap_or(Command::Run) {
+    let done = match cli.command.unwrap_or(Command::Run) {
+        Command::Status { output } => return status::run(&config, output).await,
         Command::Run => crate::run(config, shared::process::shutdown_signal()).await,
         Command::Rebuild { grace_secs, handover_lag, handover_timeout_secs, lock_wait_secs } => {
             let options = rebuild::options(grace_secs, handover_lag, handover_timeout_secs, lock_wait_secs);
@@ -124,12 +126,12 @@ pub async fn run(cli: Cli) -> Result<(), Error> {
             repair::run(&config, target, output).await
         }
         Command::Digest { generation } => digest::run(&config, generation).await,
-        Command::Status { output } => status::run(&config, output).await,
         Command::Dlq { action: DlqAction::List { output } } => dlq::list(&config, output),
         Command::Dlq { action: DlqAction::Replay { corrected, output } } => {
             dlq::replay(&config, &corrected, output).await
         }
-    }
+    };
+    done.map(|()| std::process::ExitCode::SUCCESS)
 }
 
 #[cfg(test)]

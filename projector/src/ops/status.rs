@@ -1,7 +1,8 @@
 //! `projector status`: what an operator asks first. Generations, the running rebuild, the live projectors,
 //! the lag of the live consumer group per partition, how many messages wait in the dead-letter topics, and
 //! the aggregates that received an event late for a gap (each with the repair that redoes it); as text,
-//! or as JSON for automation (`-o json`, the [`Status`] type as serialized).
+//! or as JSON for automation (`-o json`, the [`Status`] type as serialized). Its exit code is the most
+//! pressing [`Condition`] it found, so that a script need not parse it.
 
 use std::collections::BTreeMap;
 
@@ -37,6 +38,51 @@ pub struct Status {
     pub dead_letters: BTreeMap<String, i64>,
     /// Aggregates of the active generation that received an event late for a gap, until repaired.
     pub late_for_a_gap: Vec<LateForAGap>,
+    /// Healing entries of the active generation: partitions projected again after a loss (or for a new
+    /// read model), while the API answers 503 where they are.
+    pub healing_entries: u64,
+    /// The most pressing of what this status found; the command exits with its code.
+    pub condition: Condition,
+}
+
+/// What `status` exits with: the most pressing condition it found (docs/operating.md, "Status").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Condition {
+    /// Nothing waits for an operator: exit 0.
+    Healthy,
+    /// Messages wait in a dead-letter topic, or aggregates late for a gap wait for their repair: exit 2.
+    NeedsAttention,
+    /// The active generation is being projected again (after a loss of Redis data, or a new read model):
+    /// exit 3.
+    Healing,
+    /// A live projector that is behind has applied nothing for longer than `STALL_AFTER_SECS`: exit 4.
+    Stalled,
+    /// The active generation's layout is one this build does not read: exit 5.
+    LayoutNotRead,
+}
+
+impl Condition {
+    /// The exit code (1 stays a failure of the command itself).
+    pub fn code(self) -> u8 {
+        match self {
+            Condition::Healthy => 0,
+            Condition::NeedsAttention => 2,
+            Condition::Healing => 3,
+            Condition::Stalled => 4,
+            Condition::LayoutNotRead => 5,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Condition::Healthy => "healthy",
+            Condition::NeedsAttention => "dead letters or late aggregates wait for an operator",
+            Condition::Healing => "the read model is being projected again",
+            Condition::Stalled => "a projector that is behind makes no progress",
+            Condition::LayoutNotRead => "the active layout is one this projector does not read",
+        }
+    }
 }
 
 /// An aggregate that received an event late for a gap in its sequence: the event was not applied, and
@@ -82,13 +128,29 @@ pub async fn connect(config: &Config) -> Result<Connection, Error> {
     store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("redis is not reachable".into()))
 }
 
-pub async fn run(config: &Config, output: Output) -> Result<(), Error> {
+pub async fn run(config: &Config, output: Output) -> Result<std::process::ExitCode, Error> {
     let status = gather(config).await?;
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&status).expect("a status serializes")),
         Output::Text => print_text(&status),
     }
-    Ok(())
+    Ok(status.condition.code().into())
+}
+
+/// The most pressing of what `status` found.
+fn condition(status: &Status, stall_after: f64, now: f64) -> Condition {
+    let stalled =
+        status.live_projectors.values().any(|i| !i.caught_up && !i.paused && now - i.last_progress > stall_after);
+    let waiting = status.dead_letters.values().any(|depth| *depth > 0) || !status.late_for_a_gap.is_empty();
+    [
+        (!status.layout_read, Condition::LayoutNotRead),
+        (stalled, Condition::Stalled),
+        (status.healing_entries > 0, Condition::Healing),
+        (waiting, Condition::NeedsAttention),
+    ]
+    .into_iter()
+    .find_map(|(found, condition)| found.then_some(condition))
+    .unwrap_or(Condition::Healthy)
 }
 
 async fn gather(config: &Config) -> Result<Status, Error> {
@@ -109,7 +171,7 @@ async fn gather(config: &Config) -> Result<Status, Error> {
         })
         .collect();
     let dead_letters = dead_letter_depths(config)?.into_iter().collect();
-    let (mut active_layout, mut layout_read, mut late) = (None, true, Vec::new());
+    let (mut active_layout, mut layout_read, mut late, mut healing_entries) = (None, true, Vec::new(), 0);
     if let Some(generation) = active_generation {
         let keys = Keyspace::new(prefix.clone(), generation);
         let field = store::layout(&mut conn, &keys).await?;
@@ -117,9 +179,10 @@ async fn gather(config: &Config) -> Result<Status, Error> {
         active_layout = Some(field.unwrap_or_else(|| "1".into()));
         if layout_read {
             late = late_for_a_gap(config, &mut conn, &keys).await?;
+            healing_entries = redis::cmd("HLEN").arg(keys.healing()).query_async(&mut conn).await?;
         }
     }
-    Ok(Status {
+    let mut status = Status {
         active_generation,
         active_layout,
         layout_read,
@@ -129,7 +192,11 @@ async fn gather(config: &Config) -> Result<Status, Error> {
         partitions,
         dead_letters,
         late_for_a_gap: late,
-    })
+        healing_entries,
+        condition: Condition::Healthy,
+    };
+    status.condition = condition(&status, config.stall_after().as_secs_f64(), now());
+    Ok(status)
 }
 
 async fn late_for_a_gap(config: &Config, conn: &mut Connection, keys: &Keyspace) -> Result<Vec<LateForAGap>, Error> {
@@ -198,5 +265,64 @@ fn print_text(status: &Status) {
     for late in &status.late_for_a_gap {
         let (aggregate, id, org) = (late.aggregate.aggregate(), &late.aggregate_id, &late.organization_id);
         println!("  {aggregate}:{id} (organization {org}): {}", late.repair);
+    }
+    if status.layout_read {
+        println!("healing entries: {}", status.healing_entries);
+    }
+    println!("condition: {} (exit {})", status.condition.describe(), status.condition.code());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status() -> Status {
+        Status {
+            active_generation: Some(1),
+            active_layout: Some("1".into()),
+            layout_read: true,
+            rebuild: None,
+            live_projectors: BTreeMap::new(),
+            group: "g".into(),
+            partitions: Vec::new(),
+            dead_letters: BTreeMap::new(),
+            late_for_a_gap: Vec::new(),
+            healing_entries: 0,
+            condition: Condition::Healthy,
+        }
+    }
+
+    fn instance(last_progress: f64, caught_up: bool, paused: bool) -> Instance {
+        let (group, heartbeat) = ("g".into(), 1000.0);
+        Instance { group, generation: 1, paused, heartbeat, last_progress, partitions: 3, latest_event: 0.0, caught_up }
+    }
+
+    #[test]
+    fn status_exits_with_the_most_pressing_condition_it_found() {
+        let (now, stall_after) = (1000.0, 30.0);
+        let mut found = status();
+        let condition_of = |s: &Status| condition(s, stall_after, now);
+        found.dead_letters.insert("s.dlq".into(), 0);
+        assert_eq!(condition_of(&found), Condition::Healthy, "an empty dead-letter topic");
+        found.dead_letters.insert("s.dlq".into(), 2);
+        assert_eq!(condition_of(&found), Condition::NeedsAttention);
+        found.healing_entries = 1;
+        assert_eq!(condition_of(&found), Condition::Healing);
+        found.live_projectors.insert("slow".into(), instance(now - 10.0, false, false));
+        found.live_projectors.insert("idle".into(), instance(now - 60.0, true, false));
+        found.live_projectors.insert("paused".into(), instance(now - 60.0, false, true));
+        assert_eq!(condition_of(&found), Condition::Healing, "behind within the bound, caught up, or paused");
+        found.live_projectors.insert("stuck".into(), instance(now - 60.0, false, false));
+        assert_eq!(condition_of(&found), Condition::Stalled);
+        found.layout_read = false;
+        assert_eq!(condition_of(&found), Condition::LayoutNotRead);
+        let all = [
+            Condition::Healthy,
+            Condition::NeedsAttention,
+            Condition::Healing,
+            Condition::Stalled,
+            Condition::LayoutNotRead,
+        ];
+        assert_eq!(all.map(Condition::code), [0, 2, 3, 4, 5]);
     }
 }

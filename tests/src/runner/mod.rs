@@ -14,7 +14,7 @@ use shared::connection::Connection;
 use shared::Keyspace;
 use tokio::sync::watch;
 
-pub use process::{binary, command, output_within, spawn_process, succeed, KillOnDrop};
+pub use process::{binary, command, output_within, spawn_process, status_of, succeed, KillOnDrop};
 
 use crate::kafka::Topics;
 use crate::{env, eventually, unique};

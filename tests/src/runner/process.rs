@@ -84,6 +84,25 @@ pub fn output_within(mut command: Command, deadline: Duration) -> Output {
 
 /// Runs the projector binary with a test's arguments and `extra` to completion (see [`output_within`]),
 /// fails the test unless it exits 0, and returns what it printed on stdout.
+/// Runs `projector status` (with `extra`, e.g. `-o json`) and returns its exit code, which says what it
+/// found (0, or 2 to 5), and what it printed; a failure of the command itself (1, a signal) fails the test.
+pub async fn status_of(
+    topics: &Topics,
+    prefix: &str,
+    group: &str,
+    extra: &[&str],
+    deadline: Duration,
+) -> (i32, String) {
+    let args: Vec<&str> = std::iter::once("status").chain(extra.iter().copied()).collect();
+    let command = command(topics, prefix, group, &args);
+    let output = tokio::task::spawn_blocking(move || output_within(command, deadline)).await.expect("command thread");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    let code = output.status.code().filter(|c| [0, 2, 3, 4, 5].contains(c));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let code = code.unwrap_or_else(|| panic!("projector status failed ({}): {stdout}{stderr}", output.status));
+    (code, stdout)
+}
+
 pub async fn succeed(topics: &Topics, prefix: &str, group: &str, extra: &[&str], deadline: Duration) -> String {
     let command = command(topics, prefix, group, extra);
     let output = tokio::task::spawn_blocking(move || output_within(command, deadline)).await.expect("command thread");

@@ -113,11 +113,15 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
     let run = |args: &'static [&'static str]| runner::succeed(&topics, prefix, group, args, WAIT);
 
     let dlq = format!("{}.dlq: 2", topics.study);
+    let status_of = |extra: &'static [&'static str]| runner::status_of(&topics, prefix, group, extra, WAIT);
     let status = eventually(Duration::from_secs(30), "status with the committed offsets", || async {
-        let status = run(&["status"]).await;
-        (status.contains(&dlq) && !status.contains("lag 1") && !status.contains("lag 2")).then_some(status)
+        let (code, status) = status_of(&[]).await;
+        (status.contains(&dlq) && !status.contains("lag 1") && !status.contains("lag 2")).then_some((code, status))
     })
     .await;
+    let (code, status) = status;
+    assert_eq!(code, 2, "dead letters wait: {status}");
+    assert!(status.ends_with("condition: dead letters or late aggregates wait for an operator (exit 2)\n"), "{status}");
     assert!(status.contains("active generation: 1\nlayout: 1\n"), "{status}");
     assert!(status.contains("live projectors: 1"), "{status}");
     assert!(status.contains(&format!("lag of group {group}")), "{status}");
@@ -128,7 +132,8 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
     assert!(lines.iter().all(|l| l.contains("reason=invalid envelope")), "{list}");
 
     // The same, for automation.
-    let json: serde_json::Value = serde_json::from_str(&run(&["status", "-o", "json"]).await).expect("status is JSON");
+    let json: serde_json::Value = serde_json::from_str(&status_of(&["-o", "json"]).await.1).expect("status is JSON");
+    assert_eq!(json["condition"], "needsAttention", "{json}");
     assert_eq!(json["activeGeneration"], 1, "{json}");
     assert_eq!((&json["activeLayout"], &json["layoutRead"]), (&json!("1"), &json!(true)), "{json}");
     assert_eq!(json["liveProjectors"].as_object().map(|o| o.len()), Some(1), "{json}");
@@ -137,6 +142,25 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
     let partitions = json["partitions"].as_array().expect("partitions");
     assert!(partitions.iter().any(|p| p["topic"] == topics.study.as_str() && p["end"].as_i64() > Some(0)), "{json}");
     assert!(partitions.iter().all(|p| p["lag"] == 0), "{json}");
+
+    // A healing entry (of a partition no projector here reads) outranks the dead letters; a live projector
+    // of another group, behind and silent for an hour, outranks both; each gone, the code is back.
+    let mut conn = end_to_end::redis().await;
+    let healing = shared::Keyspace::new(prefix.to_string(), 1).healing();
+    let mark = redis::cmd("HSET").arg(&healing).arg("elsewhere/0").arg("5 a-test-loss").to_owned();
+    let _: () = mark.query_async(&mut conn).await.unwrap();
+    assert_eq!(status_of(&[]).await.0, 3, "healing");
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let stuck = json!({"group": unique("another"), "generation": 1, "paused": false, "heartbeat": now,
+        "last_progress": now - 3600.0, "partitions": 3, "latest_event": 0.0, "caught_up": false});
+    let projectors = shared::Keyspace::projectors(prefix);
+    let report = redis::cmd("HSET").arg(&projectors).arg("stuck-instance").arg(stuck.to_string()).to_owned();
+    let _: () = report.query_async(&mut conn).await.unwrap();
+    let (code, text) = status_of(&[]).await;
+    assert_eq!(code, 4, "stalled: {text}");
+    let _: () = redis::cmd("HDEL").arg(&projectors).arg("stuck-instance").query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("HDEL").arg(&healing).arg("elsewhere/0").query_async(&mut conn).await.unwrap();
+    assert_eq!(status_of(&[]).await.0, 2, "the dead letters wait still");
     let letters: serde_json::Value = serde_json::from_str(&run(&["dlq", "list", "-o", "json"]).await).expect("JSON");
     let letters = letters.as_array().expect("a list of dead letters");
     let mut keys: Vec<&str> = letters.iter().filter_map(|l| l["key"].as_str()).collect();

@@ -92,10 +92,11 @@ async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_by_comm
             said.lines().find(|l| l.contains("layout version 2;")).unwrap_or_else(|| panic!("{command:?}: {said}"));
         assert!(line.contains("projector reads version 1 to 1"), "{command:?}: {line}");
     }
-    let json = runner::succeed(&topics, &prefix, &group, &["status", "-o", "json"], Duration::from_secs(60)).await;
+    let (code, json) = runner::status_of(&topics, &prefix, &group, &["-o", "json"], Duration::from_secs(60)).await;
+    assert_eq!(code, 5, "a layout this projector does not read: {json}");
     let json: serde_json::Value = serde_json::from_str(&json).expect("status is JSON");
     assert_eq!((&json["activeLayout"], &json["layoutRead"]), (&serde_json::json!("2"), &serde_json::json!(false)));
-    let text = runner::succeed(&topics, &prefix, &group, &["status"], Duration::from_secs(60)).await;
+    let (_, text) = runner::status_of(&topics, &prefix, &group, &[], Duration::from_secs(60)).await;
     assert!(text.contains("layout: 2, which this projector does not read (it reads 1 to 1)"), "{text}");
     // The API that served the generation before goes on: a generation's layout never changes under it.
     assert_eq!(status(&app).await, 200);

@@ -68,14 +68,15 @@ async fn an_event_late_for_a_gap_is_counted_remembered_and_listed_with_its_repai
 
     let (prefix, group) = (running.prefix(), running.group());
     let repair = format!("projector repair --aggregate {}:{id}", topics.interview);
-    let status = runner::succeed(&topics, prefix, group, &["status", "-o", "json"], WAIT).await;
+    let (code, status) = runner::status_of(&topics, prefix, group, &["-o", "json"], WAIT).await;
+    assert_eq!(code, 2, "an aggregate waits for its repair: {status}");
     let status: serde_json::Value = serde_json::from_str(&status).expect("status is JSON");
     assert_eq!(
         status["lateForAGap"],
         json!([{"topic": topics.interview, "aggregateId": id, "organizationId": org, "repair": repair}]),
         "{status}"
     );
-    let text = runner::succeed(&topics, prefix, group, &["status"], WAIT).await;
+    let (_, text) = runner::status_of(&topics, prefix, group, &[], WAIT).await;
     assert!(text.contains("late for a gap: 1 aggregates"), "{text}");
     assert!(text.contains(&format!("  interview:{id} (organization {org}): {repair}")), "{text}");
     running.stop().await;

@@ -187,7 +187,10 @@ async fn the_projectors_operator_commands_run_as_its_user() {
     };
     let words = |line: &str| line.split(' ').map(String::from).collect::<Vec<_>>();
     assert!(run(words("digest")).await.contains(&expected.sha256), "the digest is not {expected}");
-    run(words("status")).await;
+    // `status` exits with what it found (a dead letter waits here: 2), never 1, a refused command.
+    let output = run_projector(&world.topics, &world.prefix, &url, &["--redis-ca-file", ca.as_str(), "status"]).await;
+    let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert_eq!(output.status.code(), Some(2), "status: {said}");
     let listed: Value = serde_json::from_str(&run(words("dlq list -o json")).await).unwrap();
     let letter = &listed.as_array().expect("dead letters")[0];
     let at = format!("{}/{}@{}", letter["topic"].as_str().unwrap(), letter["partition"], letter["offset"]);
