@@ -91,6 +91,10 @@ pub enum DlqAction {
         /// names it, and a file holding the value to publish instead of the letter's own (repeatable).
         #[arg(long, value_name = "LETTER=FILE")]
         corrected: Vec<String>,
+        /// List the letters a replay would publish (with the corrected values given), and publish,
+        /// commit and repair nothing.
+        #[arg(long)]
+        dry_run: bool,
         #[arg(short, long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -127,8 +131,8 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode, Error> {
         }
         Command::Digest { generation } => digest::run(&config, generation).await,
         Command::Dlq { action: DlqAction::List { output } } => dlq::list(&config, output),
-        Command::Dlq { action: DlqAction::Replay { corrected, output } } => {
-            dlq::replay(&config, &corrected, output).await
+        Command::Dlq { action: DlqAction::Replay { corrected, dry_run, output } } => {
+            dlq::replay(&config, &corrected, dry_run, output).await
         }
     };
     done.map(|()| std::process::ExitCode::SUCCESS)

@@ -214,12 +214,19 @@ pub fn letter_at(listed: &Listed) -> String {
     format!("{}/{}@{}", listed.at.topic, listed.at.partition, listed.at_offset)
 }
 
-/// Publishes every dead letter not replayed yet back to its original topic, a letter named in
-/// `corrected` (by [`letter_at`]) with that value instead of its own; returns the letters as published.
-/// A name in `corrected` that is no letter left to replay is refused before anything is published.
-pub async fn replay(config: &Config, corrected: &HashMap<String, Vec<u8>>) -> Result<Vec<DeadLetter>, ReplayError> {
-    let consumer = consumer::inspector(config, &format!("{}-dlq-replay", config.group_id))?;
-    let mut letters = tokio::task::block_in_place(|| read(&consumer, config, true))?;
+/// The reader of what was replayed: the offsets of the group `<group>-dlq-replay`.
+fn replay_reader(config: &Config) -> Result<BaseConsumer, BrokerError> {
+    Ok(consumer::inspector(config, &format!("{}-dlq-replay", config.group_id))?)
+}
+
+/// The dead letters not replayed yet, a letter named in `corrected` (by [`letter_at`]) with that value
+/// instead of its own. A name in `corrected` that is no letter left to replay is refused.
+fn pending(
+    consumer: &BaseConsumer,
+    config: &Config,
+    corrected: &HashMap<String, Vec<u8>>,
+) -> Result<Vec<Listed>, ReplayError> {
+    let mut letters = tokio::task::block_in_place(|| read(consumer, config, true))?;
     let named: std::collections::HashSet<String> = letters.iter().map(letter_at).collect();
     if let Some(unknown) = corrected.keys().find(|at| !named.contains(*at)) {
         return Err(ReplayError::Unknown(unknown.clone()));
@@ -229,6 +236,20 @@ pub async fn replay(config: &Config, corrected: &HashMap<String, Vec<u8>>) -> Re
             listed.letter.value = Some(value.clone());
         }
     }
+    Ok(letters)
+}
+
+/// What [`replay`] would publish, as it would publish it; nothing is published or committed.
+pub fn to_replay(config: &Config, corrected: &HashMap<String, Vec<u8>>) -> Result<Vec<Listed>, ReplayError> {
+    pending(&replay_reader(config)?, config, corrected)
+}
+
+/// Publishes every dead letter not replayed yet back to its original topic, a letter named in
+/// `corrected` (by [`letter_at`]) with that value instead of its own; returns the letters as published.
+/// A name in `corrected` that is no letter left to replay is refused before anything is published.
+pub async fn replay(config: &Config, corrected: &HashMap<String, Vec<u8>>) -> Result<Vec<DeadLetter>, ReplayError> {
+    let consumer = replay_reader(config)?;
+    let letters = pending(&consumer, config, corrected)?;
     let producer = consumer::producer(config)?;
     for listed in &letters {
         let letter = &listed.letter;

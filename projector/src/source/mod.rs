@@ -24,7 +24,8 @@ use tokio::sync::watch;
 
 pub use consumer::Batch;
 pub use dead_letter::{
-    dead_letter_topic, list as list_dead_letters, replay as replay_dead_letters, DeadLetter, ReplayError,
+    dead_letter_topic, letter_at, list as list_dead_letters, replay as replay_dead_letters,
+    to_replay as dead_letters_to_replay, DeadLetter, Listed as ListedLetter, ReplayError,
 };
 pub use dead_letter_limit::{DeadLetterLimit, Halt, LimitSettings, Seen};
 pub use offsets::Progress;

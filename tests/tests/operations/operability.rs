@@ -172,6 +172,17 @@ async fn status_lists_and_dead_letters_are_replayed_through_the_same_rules() {
         "{letters:?}"
     );
 
+    // A dry run lists what a replay would publish, and publishes and commits nothing: the replay that
+    // follows still finds both letters.
+    let dry = run(&["dlq", "replay", "--dry-run"]).await;
+    let lines: Vec<&str> = dry.lines().collect();
+    assert_eq!(lines.first(), Some(&"would replay 2 dead letters (nothing published):"), "{dry}");
+    assert_eq!(lines.len(), 3, "{dry}");
+    assert!(lines[1..].iter().all(|l| l.contains("reason=invalid envelope") && !l.contains("corrected")), "{dry}");
+    let dry: Value = serde_json::from_str(&run(&["dlq", "replay", "--dry-run", "-o", "json"]).await).expect("JSON");
+    let dry = dry.as_array().expect("a list of dead letters");
+    assert!(dry.len() == 2 && dry.iter().all(|l| l["corrected"] == false), "{dry:?}");
+
     let replayed = run(&["dlq", "replay"]).await;
     assert_eq!(
         replayed.trim(),
