@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use end_to_end::faults::{
-    assert_no_wrong_answer_after, reference, Healing, Prober, Publisher, CONVERGENCE, DETECTION, GRACE,
+    assert_no_wrong_answer_after, reference, Healing, Probe, Prober, Publisher, CONVERGENCE, DETECTION, GRACE,
 };
 use end_to_end::kafka::{self, Topics};
 use end_to_end::own_redis::{OwnCluster, Persistence};
@@ -134,14 +134,17 @@ async fn only_the_flushed_primarys_organizations_wait(info: bool) {
     prober.wait_answered(detected + GRACE, Duration::from_secs(10)).await;
     let probes = prober.finish().await;
     assert_no_wrong_answer_after(&probes, detected);
-    // From the detection on for the 503s (a heal may be over within the grace), from the grace on for the
-    // others' 200s.
-    let during = |orgs: &[String], from: Instant| -> Vec<u16> {
-        probes.iter().filter(|p| p.at >= from && p.at < healed && orgs.contains(&p.org)).map(|p| p.status).collect()
+    // The 503s from a grace before the detection until healed (a heal may be over within the grace); the
+    // others' 200s from the grace after the detection on (the whole generation is marked for a moment
+    // before the loss's slots are), through the heal and after it: a heal over within the grace would
+    // leave none before it.
+    let answers = |orgs: &[String], from: Instant, until: Option<Instant>| -> Vec<u16> {
+        let within = |p: &&Probe| p.at >= from && until.is_none_or(|until| p.at < until) && orgs.contains(&p.org);
+        probes.iter().filter(within).map(|p| p.status).collect()
     };
-    let (waited, kept) = (during(&waiting, detected - GRACE), during(&served, detected + GRACE));
+    let (waited, kept) = (answers(&waiting, detected - GRACE, Some(healed)), answers(&served, detected + GRACE, None));
     println!(
-        "while healing: {} answers to the flushed primary's organizations, {} to the others",
+        "while healing: {} answers to the flushed primary's organizations; from the grace on, {} to the others",
         waited.len(),
         kept.len()
     );
