@@ -204,6 +204,13 @@ async fn the_projectors_operator_commands_run_as_its_user() {
     assert!(repaired.contains(&format!("repaired organization {ACME}")), "{repaired}");
     assert_eq!(world.app.json("/v1/studies", ACME_KEY).await.0, 200, "the API serves the new generation");
     assert_eq!(world.app.json("/v1/studies/s_acl", ACME_KEY).await.1["internalTitle"], "last");
+    // A read that finds no epoch (a study not completed) asks for the primary's positions (`HVALS`) as
+    // the API's user: 404, not a 503 from a command the user may not run.
+    assert_eq!(
+        world.app.json("/v1/studies/nope/interviews", ACME_KEY).await.0,
+        404,
+        "the positions read as the API's user"
+    );
 }
 
 /// The TLS port of the stack's Redis.
