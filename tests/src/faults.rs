@@ -237,15 +237,17 @@ impl Prober {
         let heard = Arc::new(Mutex::new(Vec::<Probe>::new()));
         let probes = heard.clone();
         let task = tokio::spawn(async move {
-            // Told to stop, it goes on until it has one answer given after being told (so that an API that
-            // has just healed is heard answering), or for at most 5 s.
+            // Told to stop, it goes on until it has one 200 given at least the grace after being told (so
+            // that an API that has just healed is heard answering past the grace that
+            // [`assert_no_wrong_answer_after`] gives a detection: a heal can be over within it), or for at
+            // most 5 s.
             let mut told: Option<Instant> = None;
             loop {
                 if told.is_none() && stopping.load(Ordering::Relaxed) {
                     told = Some(Instant::now());
                 }
                 if let Some(at) = told {
-                    let answered = probes.lock().unwrap().iter().any(|p| p.at > at && p.status == 200);
+                    let answered = probes.lock().unwrap().iter().any(|p| p.at > at + GRACE && p.status == 200);
                     if answered || at.elapsed() > Duration::from_secs(5) {
                         break;
                     }
@@ -293,7 +295,8 @@ impl Prober {
         .await;
     }
 
-    /// Stops probing, once it has heard a 200 given after this call (or after 5 s), and returns every answer.
+    /// Stops probing, once it has heard a 200 given [`GRACE`] or more after this call (or after 5 s), and
+    /// returns every answer.
     pub async fn finish(self) -> Vec<Probe> {
         self.stop.store(true, Ordering::Relaxed);
         self.task.await.expect("prober");
@@ -327,7 +330,11 @@ pub fn assert_no_wrong_answer_after(probes: &[Probe], detected: impl Into<Detect
     assert!(wrong.is_empty(), "{} wrong answers after the loss was detected, first: {:?}", wrong.len(), wrong[0]);
     let healing = probes.iter().filter(|p| p.at + GRACE >= unseen);
     assert!(healing.into_iter().any(|p| p.status == 503), "the API said 503 while the read model healed");
-    assert!(later.iter().any(|p| p.status == 200), "the API answered again once healed");
+    assert!(
+        later.iter().any(|p| p.status == 200),
+        "the API answered again once healed; answers from the detection on: {:?}",
+        later.iter().map(|p| (p.org.as_str(), p.status, p.at.duration_since(seen))).collect::<Vec<_>>()
+    );
     let before = probes.iter().filter(|p| p.at < after && p.is_wrong()).count();
     println!("{} answers after the detection, none wrong; {before} wrong before it", later.len());
 }
