@@ -46,7 +46,7 @@ pub struct Status {
 }
 
 /// What `status` exits with: the most pressing condition it found (docs/operating.md, "Status").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum Condition {
     /// Nothing waits for an operator: exit 0.

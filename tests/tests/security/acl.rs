@@ -196,6 +196,13 @@ async fn the_projectors_operator_commands_run_as_its_user() {
     let at = format!("{}/{}@{}", letter["topic"].as_str().unwrap(), letter["partition"], letter["offset"]);
     let file = std::env::temp_dir().join(unique("fixed-title"));
     std::fs::write(&file, &retitled_twice(false)[3].value).unwrap();
+    // The dry run lists the letter with its corrected value, as this user, and publishes nothing.
+    let dry: Value = serde_json::from_str(
+        &run(words(&format!("dlq replay --dry-run --corrected {at}={} -o json", file.display()))).await,
+    )
+    .unwrap();
+    let dry = dry.as_array().expect("the letters a replay would publish");
+    assert!(dry.len() == listed.as_array().unwrap().len() && dry[0]["corrected"] == true, "{dry:?}");
     let replayed: Value =
         serde_json::from_str(&run(words(&format!("dlq replay --corrected {at}={} -o json", file.display()))).await)
             .unwrap();
