@@ -6,7 +6,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::FutureExt;
 use opentelemetry::propagation::Extractor;
+use rdkafka::client::OAuthToken;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message, OwnedHeaders, OwnedMessage};
@@ -16,6 +18,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use shared::Topic;
 use tokio::time::Instant;
 
+use super::auth::Auth;
 use super::{Partition, Record};
 use crate::config::Config;
 use crate::observe::{now, Metrics, PartitionLabels};
@@ -32,9 +35,16 @@ pub struct Context {
     /// with nothing of it left in its queue (then a partition applied short of its end has nothing more to
     /// deliver there: see `undelivered`).
     pub fetched_to_end: Mutex<HashMap<Partition, bool>>,
+    auth: Auth,
 }
 
 impl ClientContext for Context {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _config: Option<&str>) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.auth.oauth_token()
+    }
+
     fn error(&self, error: KafkaError, reason: &str) {
         self.metrics.kafka.client_error(&code(&error), reason);
     }
@@ -98,6 +108,12 @@ fn code(error: &KafkaError) -> String {
 
 pub type LiveConsumer = StreamConsumer<Context>;
 
+/// A consumer that reads offsets, watermarks or partitions by itself, outside the group's assignment.
+pub type Inspector = BaseConsumer<Auth>;
+
+/// The producer of dead letters and replays.
+pub type Producer = FutureProducer<Auth>;
+
 /// Every client's settings: librdkafka's defaults, the operator's properties over them, and what the
 /// projector owns. `fetch.wait.max.ms` is librdkafka's 500 ms unless a property says otherwise: Apache
 /// Kafka and MSK answer a waiting fetch as soon as data arrives, so it costs no freshness there; a broker
@@ -118,26 +134,48 @@ pub(super) fn settings(config: &Config, group: &str) -> ClientConfig {
 /// The consumer of the projection's group. It subscribes to nothing: the instances share the partitions
 /// themselves and assign them; the group id is where offsets are committed.
 pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsumer> {
-    let context =
-        Context { metrics, last_timestamp: Mutex::default(), ends: Mutex::default(), fetched_to_end: Mutex::default() };
-    settings(config, &config.group_id).set("statistics.interval.ms", "1000").create_with_context(context)
+    let context = Context {
+        metrics,
+        last_timestamp: Mutex::default(),
+        ends: Mutex::default(),
+        fetched_to_end: Mutex::default(),
+        auth: config.kafka_properties().auth(),
+    };
+    let consumer: LiveConsumer =
+        settings(config, &config.group_id).set("statistics.interval.ms", "1000").create_with_context(context)?;
+    // Its first token, before anything asks the broker: nothing is assigned yet, so no message is taken.
+    let _ = consumer.recv().now_or_never();
+    Ok(consumer)
 }
 
 /// A consumer for reading offsets and watermarks of `group`, or for reading a topic by itself; it joins
 /// nothing.
-pub fn inspector(config: &Config, group: &str) -> KafkaResult<BaseConsumer> {
-    settings(config, group).create()
+pub fn inspector(config: &Config, group: &str) -> KafkaResult<Inspector> {
+    authenticated(settings(config, group).create_with_context(config.kafka_properties().auth())?)
 }
 
 /// A consumer that reads a partition to find its end (see `undelivered`): it reports reaching the end
 /// of a partition, and joins and commits nothing.
-pub fn end_reader(config: &Config) -> KafkaResult<BaseConsumer> {
-    settings(config, &config.group_id).set("enable.partition.eof", "true").create()
+pub fn end_reader(config: &Config) -> KafkaResult<Inspector> {
+    let settings = settings(config, &config.group_id).set("enable.partition.eof", "true").clone();
+    authenticated(settings.create_with_context(config.kafka_properties().auth())?)
+}
+
+/// A consumer with its first OAUTHBEARER token, when it uses any: librdkafka asks for it at the
+/// client's first poll and connects to no broker before, so a client that only asks for metadata or
+/// offsets would wait for ever. Later tokens are asked for at the polls that read messages (a client
+/// idle when its token is due gets it at its next poll). Nothing is assigned yet: no message is taken.
+pub(super) fn authenticated<C: ConsumerContext>(consumer: BaseConsumer<C>) -> KafkaResult<BaseConsumer<C>> {
+    if let Some(Err(e)) = consumer.poll(Duration::ZERO) {
+        return Err(e);
+    }
+    Ok(consumer)
 }
 
 /// The producer of dead letters and replays. Its largest message is the largest the consumer accepts
-/// (librdkafka's `receive.message.max.bytes`), so that any message read can be set aside whole.
-pub fn producer(config: &Config) -> KafkaResult<FutureProducer> {
+/// (librdkafka's `receive.message.max.bytes`), so that any message read can be set aside whole. Its own
+/// thread polls it, tokens included.
+pub fn producer(config: &Config) -> KafkaResult<Producer> {
     let mut settings = ClientConfig::new();
     config.kafka_properties().apply(&mut settings);
     settings
@@ -145,7 +183,7 @@ pub fn producer(config: &Config) -> KafkaResult<FutureProducer> {
         .set("message.max.bytes", "100000000")
         .set("message.timeout.ms", "30000")
         .set("acks", "all")
-        .create()
+        .create_with_context(config.kafka_properties().auth())
 }
 
 /// Messages taken from the broker together, each with the contract topic it was read from.

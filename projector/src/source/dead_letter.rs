@@ -10,13 +10,14 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::FutureRecord;
 use rdkafka::Offset;
 use shared::Topic;
 
+use super::consumer::{Inspector, Producer};
 use super::offsets::{partition_list, partitions};
 use super::{consumer, Batch, BrokerError, Partition, Record};
 use crate::config::Config;
@@ -94,7 +95,7 @@ fn capped(mut reason: String) -> String {
 /// and waits until the broker has them all. A letter whose value is larger than the broker takes goes
 /// without it (its key, headers, where it came from, why, and the size of what was left out), so that no
 /// message can stall its partition for ever.
-pub async fn write(producer: &FutureProducer, letters: &[DeadLetter], batch: &Batch) -> Result<(), KafkaError> {
+pub async fn write(producer: &Producer, letters: &[DeadLetter], batch: &Batch) -> Result<(), KafkaError> {
     let sends = letters.iter().map(|letter| async move {
         let original = batch.headers_of(&letter.topic, letter.partition, letter.offset);
         match send(producer, letter, original, false).await {
@@ -109,7 +110,7 @@ pub async fn write(producer: &FutureProducer, letters: &[DeadLetter], batch: &Ba
 }
 
 async fn send(
-    producer: &FutureProducer,
+    producer: &Producer,
     letter: &DeadLetter,
     original: Option<&OwnedHeaders>,
     drop_value: bool,
@@ -151,7 +152,7 @@ pub struct Listed {
 
 /// Reads the dead-letter topics from the group's committed offsets (or the beginning, unless
 /// `from_committed`) up to their ends as they were when reading began.
-fn read(consumer: &BaseConsumer, config: &Config, from_committed: bool) -> Result<Vec<Listed>, KafkaError> {
+fn read(consumer: &Inspector, config: &Config, from_committed: bool) -> Result<Vec<Listed>, KafkaError> {
     let mut start = HashMap::new();
     let mut ends = HashMap::new();
     for topic in Topic::ALL {
@@ -215,14 +216,14 @@ pub fn letter_at(listed: &Listed) -> String {
 }
 
 /// The reader of what was replayed: the offsets of the group `<group>-dlq-replay`.
-fn replay_reader(config: &Config) -> Result<BaseConsumer, BrokerError> {
+fn replay_reader(config: &Config) -> Result<Inspector, BrokerError> {
     Ok(consumer::inspector(config, &format!("{}-dlq-replay", config.group_id))?)
 }
 
 /// The dead letters not replayed yet, a letter named in `corrected` (by [`letter_at`]) with that value
 /// instead of its own. A name in `corrected` that is no letter left to replay is refused.
 fn pending(
-    consumer: &BaseConsumer,
+    consumer: &Inspector,
     config: &Config,
     corrected: &HashMap<String, Vec<u8>>,
 ) -> Result<Vec<Listed>, ReplayError> {

@@ -2,6 +2,7 @@
 //! and its batches, which partitions it reads, the offsets it commits, how far behind it is, and the
 //! dead-letter topics. Offsets are only ever committed for messages already applied or set aside.
 
+mod auth;
 mod consumer;
 mod dead_letter;
 mod dead_letter_limit;
@@ -17,7 +18,6 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::FutureProducer;
 use rdkafka::Offset;
 use shared::Topic;
 use tokio::sync::watch;
@@ -89,7 +89,7 @@ const PARTITIONS_TTL: Duration = Duration::from_secs(30);
 /// One projector's reader of the three topics and writer of their dead-letter topics.
 pub struct Source {
     consumer: consumer::LiveConsumer,
-    producer: FutureProducer,
+    producer: consumer::Producer,
     /// The configured names of the three topics, in the order of [`Topic::ALL`].
     topics: [String; 3],
     batch_size: usize,
@@ -107,7 +107,7 @@ pub struct Source {
 }
 
 /// Writes a batch's dead letters, each with its message's headers.
-pub struct DeadLetterWriter<'a>(&'a FutureProducer);
+pub struct DeadLetterWriter<'a>(&'a consumer::Producer);
 
 impl DeadLetterWriter<'_> {
     /// Writes `letters` of `batch` and waits until the broker has them all.

@@ -88,7 +88,7 @@ pub fn committed(progress: Vec<Progress>) -> HashMap<Partition, i64> {
 }
 
 /// Messages waiting in a topic: the sum over its partitions of high minus low watermark.
-pub fn depth(consumer: &BaseConsumer, topic: &str) -> KafkaResult<i64> {
+pub fn depth<C: ConsumerContext>(consumer: &BaseConsumer<C>, topic: &str) -> KafkaResult<i64> {
     let mut depth = 0;
     for partition in partitions(consumer, topic)? {
         let (low, high) = consumer.fetch_watermarks(topic, partition, BROKER_TIMEOUT)?;

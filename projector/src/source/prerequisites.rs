@@ -7,13 +7,15 @@
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rdkafka::client::ClientContext;
+use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext};
 use rdkafka::error::KafkaError;
 use rdkafka::ClientConfig;
 use shared::Topic;
 
+use super::auth::Auth;
+use super::consumer::authenticated;
 use super::dead_letter::dead_letter_topic;
 use super::settings::{builtin_features, NEEDED_FEATURES};
 use crate::config::Config;
@@ -23,10 +25,15 @@ use crate::Error;
 const ANSWER_WITHIN: Duration = Duration::from_secs(15);
 
 /// A client context that keeps librdkafka's last error, for a start that fails to say why.
-#[derive(Default)]
-struct LastError(Mutex<Option<String>>);
+struct LastError(Mutex<Option<String>>, Auth);
 
 impl ClientContext for LastError {
+    const ENABLE_REFRESH_OAUTH_TOKEN: bool = true;
+
+    fn generate_oauth_token(&self, _config: Option<&str>) -> Result<OAuthToken, Box<dyn std::error::Error>> {
+        self.1.oauth_token()
+    }
+
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         tracing::debug!(?level, facility, message, "librdkafka");
         if (level as i32) <= (RDKafkaLogLevel::Error as i32) {
@@ -69,7 +76,8 @@ fn topics_exist(config: &Config) -> Result<(), Error> {
     let client: BaseConsumer<LastError> = settings
         .set("bootstrap.servers", &brokers)
         .set("group.id", &config.group_id)
-        .create_with_context(LastError::default())
+        .create_with_context(LastError(Mutex::default(), config.kafka_properties().auth()))
+        .and_then(authenticated)
         .map_err(|e| Error::Config(format!("kafka client settings: {e}")))?;
     let metadata = client.fetch_metadata(None, ANSWER_WITHIN).map_err(|e| {
         // librdkafka queues its logs and errors for the client's next poll.

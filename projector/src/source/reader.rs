@@ -5,12 +5,13 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::Offset;
 use shared::Topic;
 
+use super::consumer::Inspector;
 use super::offsets::{partition_list, partitions, BROKER_TIMEOUT};
 use super::{consumer, BrokerError, Partition, Record};
 use crate::config::Config;
@@ -23,7 +24,7 @@ const SILENCE: Duration = Duration::from_secs(60);
 
 /// A reader of some of the three topics.
 pub struct Reader {
-    consumer: BaseConsumer,
+    consumer: Inspector,
     topics: HashMap<String, Topic>,
     /// Where each partition's next message is (once reading began).
     next: HashMap<Partition, i64>,
@@ -36,7 +37,7 @@ impl Reader {
         // Without `enable.partition.eof`: librdkafka would log each partition's end as an error. A
         // partition whose last offsets deliver nothing is found done by its position when polls come back
         // empty.
-        let consumer: BaseConsumer = consumer::settings(config, &group).create()?;
+        let consumer = consumer::inspector(config, &group)?;
         let topics = topics.iter().map(|t| (config.topic_name(*t).to_string(), *t)).collect();
         Ok(Self { consumer, topics, next: HashMap::new() })
     }

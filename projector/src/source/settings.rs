@@ -6,8 +6,11 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use rdkafka::ClientConfig;
+
+use super::auth::{Auth, KafkaAuth, MskIam};
 
 /// Properties the projector sets itself; an operator's value would break what it promises.
 const OWNED: &[(&str, &str)] = &[
@@ -52,17 +55,37 @@ pub struct KafkaOptions {
     /// KAFKA_PROPERTY_<NAME> sets one too, its name with dots as underscores (KAFKA_PROPERTY_SASL_MECHANISM).
     #[arg(long = "kafka-property", value_name = "KEY=VALUE", value_parser = parse_pair, hide_env_values = true)]
     pub kafka_property: Vec<(String, String)>,
+
+    /// How the Kafka clients authenticate: `properties` (as the Kafka properties say: none, PLAIN, SCRAM,
+    /// OAUTHBEARER with sasl.oauthbearer.method=oidc) or `aws-msk-iam` (MSK and MSK Serverless: SASL
+    /// OAUTHBEARER over TLS with tokens signed by IAM credentials from the AWS SDK's default chain, such as
+    /// IRSA or an instance role, renewed before they expire). A client.properties file of AWS's Java
+    /// client (sasl.mechanism=AWS_MSK_IAM, or its IAM login module) selects `aws-msk-iam` too.
+    #[arg(long, env = "KAFKA_AUTH", value_enum, default_value_t = KafkaAuth::Properties)]
+    pub kafka_auth: KafkaAuth,
+
+    /// The AWS region of the MSK cluster, for `aws-msk-iam`; by default the AWS SDK's (AWS_REGION, the
+    /// profile's, the instance's).
+    #[arg(long, env = "KAFKA_AWS_REGION")]
+    pub kafka_aws_region: Option<String>,
 }
 
-/// The operator's properties, merged and checked; applied to every client the projector creates.
+/// The operator's properties, merged and checked, and the MSK IAM token maker when selected; applied
+/// to every client the projector creates.
 #[derive(Clone, Default)]
-pub struct Properties(BTreeMap<String, String>);
+pub struct Properties {
+    values: BTreeMap<String, String>,
+    iam: Option<Arc<MskIam>>,
+}
 
 impl std::fmt::Debug for Properties {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_list().entries(self.0.keys()).finish()
+        f.debug_struct("Properties").field("names", &self.names()).field("iam", &self.iam).finish()
     }
 }
+
+/// The Java client's MSK IAM mechanism, and the package of its login module and callback handlers.
+const JAVA_MSK_IAM: (&str, &str) = ("AWS_MSK_IAM", "software.amazon.msk.auth.iam.");
 
 impl Properties {
     /// Reads the file, the environment and the flags. `env` is the process environment.
@@ -74,15 +97,26 @@ impl Properties {
         all.extend(from_env(env));
         all.extend(options.kafka_property.iter().cloned());
         let mut properties = BTreeMap::new();
+        let mut iam_asked = options.kafka_auth == KafkaAuth::AwsMskIam;
         for (key, value) in all {
             if let Some((_, why)) = OWNED.iter().find(|(k, _)| *k == key) {
                 return Err(format!("the Kafka property {key} cannot be set: {why}"));
+            }
+            // AWS's client.properties for MSK IAM names its login module and callback handlers.
+            if value.contains(JAVA_MSK_IAM.1) || (key.starts_with("sasl.mechanism") && value == JAVA_MSK_IAM.0) {
+                iam_asked = true;
+                continue;
             }
             if let Some((_, instead)) = JAVA_STORES.iter().find(|(k, _)| *k == key) {
                 return Err(format!("{key} is a Java keystore, which librdkafka cannot read: give {instead}"));
             }
             if JAVA_ONLY.contains(&key.as_str()) {
                 tracing::info!(property = %key, "left out a Kafka property only the Java client knows");
+                continue;
+            }
+            if key == "sasl.jaas.config" && value.contains("OAuthBearerLoginModule") {
+                // The Java client's OAUTHBEARER login: its token comes from a callback handler.
+                tracing::info!("left out the Java client's OAUTHBEARER login module");
                 continue;
             }
             if key == "sasl.jaas.config" {
@@ -95,19 +129,32 @@ impl Properties {
             }
             properties.insert(key, value);
         }
-        Ok(Self(properties))
+        let iam = iam_asked.then(|| msk_iam(&mut properties, options.kafka_aws_region.clone())).transpose()?;
+        Ok(Self { values: properties, iam })
+    }
+
+    /// The context of a client with these properties.
+    pub fn auth(&self) -> Auth {
+        Auth(self.iam.clone())
+    }
+
+    /// The properties as given, and the token maker (tests).
+    #[cfg(test)]
+    pub fn with_iam(mut self, iam: Arc<MskIam>) -> Self {
+        self.iam = Some(iam);
+        self
     }
 
     /// The brokers to bootstrap from: `bootstrap.servers` of the properties, unless given by flag.
     pub fn brokers(&self, flag: Option<&str>) -> String {
         flag.map(str::to_string)
-            .or_else(|| self.0.get("bootstrap.servers").cloned())
+            .or_else(|| self.values.get("bootstrap.servers").cloned())
             .unwrap_or_else(|| "127.0.0.1:9092".to_string())
     }
 
     /// Sets every property on a client's settings.
     pub fn apply(&self, settings: &mut ClientConfig) {
-        for (key, value) in &self.0 {
+        for (key, value) in &self.values {
             if key != "bootstrap.servers" {
                 settings.set(key, value);
             }
@@ -116,8 +163,31 @@ impl Properties {
 
     /// The names of the properties set (never their values).
     pub fn names(&self) -> Vec<&str> {
-        self.0.keys().map(String::as_str).collect()
+        self.values.keys().map(String::as_str).collect()
     }
+}
+
+/// MSK IAM over the properties: SASL OAUTHBEARER (the Java client's `AWS_MSK_IAM` is the same thing
+/// there) over TLS unless a property says otherwise. A mechanism or token source of another kind is
+/// refused: the two would fight over the login.
+fn msk_iam(properties: &mut BTreeMap<String, String>, region: Option<String>) -> Result<Arc<MskIam>, String> {
+    for key in ["sasl.mechanism", "sasl.mechanisms"] {
+        match properties.get(key).map(String::as_str) {
+            Some(m) if m.eq_ignore_ascii_case(JAVA_MSK_IAM.0) || m.eq_ignore_ascii_case("OAUTHBEARER") => {}
+            Some(m) => return Err(format!("MSK IAM authenticates with OAUTHBEARER, but {key} is {m}")),
+            None => {}
+        }
+    }
+    let other = |key: &str, value: &str| properties.get(key).is_some_and(|v| v.eq_ignore_ascii_case(value));
+    for (key, value) in [("sasl.oauthbearer.method", "oidc"), ("enable.sasl.oauthbearer.unsecure.jwt", "true")] {
+        if other(key, value) {
+            return Err(format!("{key}={value} makes OAUTHBEARER tokens of another kind: leave it out with MSK IAM"));
+        }
+    }
+    properties.remove("sasl.mechanisms");
+    properties.insert("sasl.mechanism".into(), "OAUTHBEARER".into());
+    properties.entry("security.protocol".into()).or_insert_with(|| "SASL_SSL".into());
+    Ok(MskIam::new(region))
 }
 
 fn parse_pair(pair: &str) -> Result<(String, String), String> {
@@ -206,6 +276,7 @@ mod tests {
         KafkaOptions {
             kafka_properties_file: file,
             kafka_property: flags.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            ..KafkaOptions::default()
         }
     }
 
@@ -240,10 +311,10 @@ mod tests {
         let props = Properties::load(&options(Some(path), &[("session.timeout.ms", "20000")]), env).unwrap();
         assert_eq!(props.brokers(None), "pkc-123.eu-west-1.aws.confluent.cloud:9092");
         assert_eq!(props.brokers(Some("a:1")), "a:1");
-        assert_eq!(props.0.get("sasl.username").map(String::as_str), Some("KEY"));
-        assert_eq!(props.0.get("sasl.password").map(String::as_str), Some("SE=CRET"));
-        assert_eq!(props.0.get("session.timeout.ms").map(String::as_str), Some("20000"), "a flag wins");
-        assert!(!props.0.contains_key("client.dns.lookup"));
+        assert_eq!(props.values.get("sasl.username").map(String::as_str), Some("KEY"));
+        assert_eq!(props.values.get("sasl.password").map(String::as_str), Some("SE=CRET"));
+        assert_eq!(props.values.get("session.timeout.ms").map(String::as_str), Some("20000"), "a flag wins");
+        assert!(!props.values.contains_key("client.dns.lookup"));
         assert!(!format!("{props:?}").contains("SE=CRET"), "values are never printed");
         let mut settings = ClientConfig::new();
         props.apply(&mut settings);
@@ -269,6 +340,49 @@ mod tests {
         assert!(err.contains("ssl.ca.location"), "{err}");
         let err = Properties::load(&options(None, &[("sasl.jaas.config", "x required;")]), []).unwrap_err();
         assert!(err.contains("sasl.username"), "{err}");
+    }
+
+    #[test]
+    fn aws_java_client_properties_for_msk_iam_select_msk_iam_over_oauthbearer_and_tls() {
+        let sasl = [
+            ("sasl.mechanism", "AWS_MSK_IAM"),
+            ("sasl.jaas.config", "software.amazon.msk.auth.iam.IAMLoginModule required;"),
+            ("sasl.client.callback.handler.class", "software.amazon.msk.auth.iam.IAMClientCallbackHandler"),
+        ];
+        let oauth = [
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.jaas.config", "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"),
+            ("sasl.login.callback.handler.class", "software.amazon.msk.auth.iam.IAMOAuthBearerLoginCallbackHandler"),
+        ];
+        for flags in [&sasl[..], &oauth[..], &[][..]] {
+            let mut options = options(None, flags);
+            if flags.is_empty() {
+                options.kafka_auth = KafkaAuth::AwsMskIam;
+            }
+            let props = Properties::load(&options, []).unwrap();
+            assert!(props.iam.is_some(), "MSK IAM selected by {flags:?}");
+            assert_eq!(props.names(), ["sasl.mechanism", "security.protocol"], "{flags:?}");
+            let mut settings = ClientConfig::new();
+            props.apply(&mut settings);
+            assert_eq!(settings.get("sasl.mechanism"), Some("OAUTHBEARER"));
+            assert_eq!(settings.get("security.protocol"), Some("SASL_SSL"));
+        }
+        let plain = Properties::load(&options(None, &[("sasl.mechanism", "OAUTHBEARER")]), []).unwrap();
+        assert!(plain.iam.is_none(), "OAUTHBEARER alone is not MSK IAM");
+    }
+
+    #[test]
+    fn msk_iam_refuses_another_mechanism_or_token_source() {
+        for flags in [
+            [("sasl.mechanism", "SCRAM-SHA-512")],
+            [("sasl.oauthbearer.method", "OIDC")],
+            [("enable.sasl.oauthbearer.unsecure.jwt", "true")],
+        ] {
+            let mut options = options(None, &flags);
+            options.kafka_auth = KafkaAuth::AwsMskIam;
+            let err = Properties::load(&options, []).unwrap_err();
+            assert!(err.contains(flags[0].0), "{flags:?}: {err}");
+        }
     }
 
     #[test]

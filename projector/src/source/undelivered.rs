@@ -13,10 +13,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::consumer::Consumer;
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::{Message, Offset, TopicPartitionList};
 
+use super::consumer::Inspector;
 use super::Partition;
 
 /// How long a partition must stay short of its end, unchanged, before it is read again to find out.
@@ -27,13 +28,13 @@ const READ_FOR: Duration = Duration::from_secs(3);
 
 /// The consumer that reads a stalled partition again, and what was seen at the last look.
 pub struct Passer {
-    reader: BaseConsumer,
+    reader: Inspector,
     /// When the last look ran, and each partition's applied offset then.
     last: Option<(Instant, HashMap<Partition, i64>)>,
 }
 
 impl Passer {
-    pub fn new(reader: BaseConsumer) -> Self {
+    pub fn new(reader: Inspector) -> Self {
         Self { reader, last: None }
     }
 
@@ -76,7 +77,7 @@ fn stalled(standing: &[(Partition, i64, i64)], before: &HashMap<Partition, i64>)
 /// Reads `partitions` of `topic`, each from its offset: those whose end is reached before any message
 /// of theirs, with where their consumer stands then (past every marker).
 fn ends_with_nothing_to_deliver(
-    reader: &BaseConsumer,
+    reader: &Inspector,
     topic: &str,
     partitions: &[(i32, i64)],
 ) -> KafkaResult<Vec<(i32, i64)>> {
