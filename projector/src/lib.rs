@@ -26,6 +26,7 @@
 //! - `observe`: one metrics registry and the HTTP server of `/metrics`, `/livez`, `/readyz`.
 //! - [`ops`]: the operator's commands, one file each; all printing lives there.
 //! - [`config`]: every setting, from flags or the environment.
+//! - `testing` (with the `test-support` feature): a SASL login and a SigV4 verifier for tests of MSK IAM.
 
 pub mod batch;
 pub mod config;
@@ -39,6 +40,9 @@ mod repair;
 mod run;
 mod source;
 mod store;
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub mod testing;
 
 use std::future::Future;
 

@@ -1,6 +1,6 @@
 //! The projector against Kafka as operators run it: TLS configured only by a `client.properties` file
 //! (through a TLS terminator in front of the local broker, which has no TLS of its own), a CA that does
-//! not verify, topics compressed with zstd, and a dead-letter topic nobody created.
+//! not verify, topics compressed with zstd, a dead-letter topic nobody created, OIDC and MSK IAM logins.
 
 use std::time::Duration;
 
@@ -174,4 +174,44 @@ async fn with_the_oidc_method_the_projector_asks_the_providers_token_endpoint_wi
     assert!(lower.contains(&format!("authorization: basic {}", basic.to_lowercase())), "{request}");
     assert!(request.contains("grant_type=client_credentials"), "{request}");
     assert!(request.contains("scope=kafka"), "{request}");
+}
+
+/// MSK and MSK Serverless take IAM: with `KAFKA_AUTH=aws-msk-iam` the projector logs in with a token
+/// signed with the credentials of the AWS SDK's default chain (here the environment's, the first of the
+/// chain) for the region of `AWS_REGION`. No MSK runs here: a SASL login of the test's own takes the
+/// token, and a SigV4 verifier of its own checks it against the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_msk_iam_the_projector_logs_in_with_a_token_signed_with_the_credentials_of_the_aws_chain() {
+    let topics = Topics::create_on(kafka::client(), 1, true).await;
+    let (sender, mut tokens) = tokio::sync::mpsc::unbounded_channel();
+    let login = projector::testing::sasl_login(sender).await;
+    let mut args = runner::args(&topics, &unique("rm"), &unique("g"));
+    let brokers = args.iter().position(|a| a == "--brokers").unwrap() + 1;
+    args[brokers] = login;
+    let mut command = std::process::Command::new(runner::binary());
+    command.args(args).env("RUST_LOG", "error");
+    let nowhere = std::env::temp_dir().join(unique("no-aws-config"));
+    command
+        .env("KAFKA_AUTH", "aws-msk-iam")
+        .env("KAFKA_PROPERTY_SECURITY_PROTOCOL", "SASL_PLAINTEXT")
+        .env("AWS_ACCESS_KEY_ID", "AKIDPROJECTOR")
+        .env("AWS_SECRET_ACCESS_KEY", "projector/secret+key")
+        .env("AWS_SESSION_TOKEN", "projector-session")
+        .env("AWS_REGION", "eu-north-1")
+        .env("AWS_CONFIG_FILE", &nowhere)
+        .env("AWS_SHARED_CREDENTIALS_FILE", &nowhere)
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env_remove("KAFKA_AWS_REGION");
+    let _projector = runner::KillOnDrop(command.spawn().expect("projector starts"));
+    // The start's check of the brokers gives up after 15 s, and reads librdkafka's events then: a token
+    // asked for only at that moment would come too late to start.
+    let token = tokio::time::timeout(Duration::from_secs(10), tokens.recv())
+        .await
+        .expect("a token while the start's check of the brokers still waits")
+        .unwrap();
+    let signed = projector::testing::verified(&token, "eu-north-1", "projector/secret+key");
+    assert_eq!(signed["Action"], "kafka-cluster:Connect");
+    assert!(signed["X-Amz-Credential"].starts_with("AKIDPROJECTOR/"), "{signed:?}");
+    assert!(signed["X-Amz-Credential"].contains("/eu-north-1/kafka-cluster/"), "{signed:?}");
+    assert_eq!(signed["X-Amz-Security-Token"], "projector-session");
 }
