@@ -25,7 +25,8 @@ pub const CHUNK: u64 = 1024 * 1024;
 pub enum Transcript {
     /// The interview has none yet.
     None,
-    Whole(String),
+    /// Escaped for JSON once, when read: kept so in memory, it is written into every response as it is.
+    Whole(Escaped),
     /// Too long for the request's budget: read while sending.
     Long(Long),
 }
@@ -52,7 +53,7 @@ impl Transcript {
                 let (key, length, rewritten) = redis::from_redis_value(Value::Array(three))?;
                 Ok(Transcript::Long(Long { key, length, rewritten_key: rewritten_key.to_string(), rewritten }))
             }
-            other => Ok(Transcript::Whole(redis::from_redis_value(other)?)),
+            other => Ok(Transcript::Whole(Escaped::of(&redis::from_redis_value::<String>(other)?))),
         }
     }
 
@@ -60,7 +61,7 @@ impl Transcript {
     pub fn heap_bytes(&self) -> usize {
         match self {
             Transcript::None => 0,
-            Transcript::Whole(text) => text.capacity(),
+            Transcript::Whole(text) => text.0.capacity(),
             Transcript::Long(long) => long.key.capacity() + long.rewritten_key.capacity() + long.rewritten.capacity(),
         }
     }
@@ -68,10 +69,58 @@ impl Transcript {
     /// About how many bytes it adds to a body written in memory (a long one is sent apart).
     pub fn inline_bytes(&self) -> usize {
         match self {
-            Transcript::Whole(text) => text.len() + text.len() / 8,
+            Transcript::Whole(text) => text.0.len(),
             _ => 0,
         }
     }
+}
+
+/// A transcript escaped as the contents of a JSON string, as serde_json escapes them (WebVTT's line
+/// breaks and any quote or backslash of its text): the largest share of the CPU a page of interviews
+/// took when it was escaped at every response (BENCHMARKS.md).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Escaped(Vec<u8>);
+
+impl Escaped {
+    pub fn of(text: &str) -> Self {
+        let mut out = Vec::with_capacity(text.len() + text.len() / 8);
+        escape(&mut out, text.as_bytes());
+        out.shrink_to_fit();
+        Self(out)
+    }
+
+    /// The escaped bytes, without the quotes around them.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// Writes `raw`, a part of a UTF-8 string, escaped as serde_json escapes a string's contents. Bytes of a
+/// character cut between two parts are not escaped, so the parts escape alike whole or cut.
+pub fn escape(out: &mut Vec<u8>, raw: &[u8]) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut start = 0;
+    for (i, byte) in raw.iter().enumerate() {
+        let short = match byte {
+            b'"' => b'"',
+            b'\\' => b'\\',
+            b'\n' => b'n',
+            b'\r' => b'r',
+            b'\t' => b't',
+            0x08 => b'b',
+            0x0c => b'f',
+            0x00..=0x1f => b'u',
+            _ => continue,
+        };
+        out.extend_from_slice(&raw[start..i]);
+        out.push(b'\\');
+        out.push(short);
+        if short == b'u' {
+            out.extend_from_slice(&[b'0', b'0', HEX[(byte >> 4) as usize], HEX[(byte & 0xf) as usize]]);
+        }
+        start = i + 1;
+    }
+    out.extend_from_slice(&raw[start..]);
 }
 
 /// The transcript's first `length` bytes, one [`CHUNK`] at a time, each read when the previous one was
@@ -115,7 +164,7 @@ mod tests {
     fn a_reply_reads_as_no_transcript_a_whole_one_or_a_long_one() {
         assert_eq!(Transcript::from_reply(Value::Nil, "r").unwrap(), Transcript::None);
         let whole = Transcript::from_reply(Value::BulkString(b"WEBVTT\n".to_vec()), "r").unwrap();
-        assert_eq!(whole, Transcript::Whole("WEBVTT\n".into()));
+        assert_eq!(whole, Transcript::Whole(Escaped(b"WEBVTT\\n".to_vec())), "escaped once, when read");
         let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
         let long = Value::Array(vec![bulk("t:org:i1"), Value::Int(40_000_000), bulk("")]);
         let long = Transcript::from_reply(long, "r:org").unwrap();
@@ -123,5 +172,19 @@ mod tests {
             Long { key: "t:org:i1".into(), length: 40_000_000, rewritten_key: "r:org".into(), rewritten: "".into() };
         assert_eq!(long, Transcript::Long(expected));
         assert_eq!(long.inline_bytes(), 0, "a long transcript is not written in memory");
+    }
+
+    #[test]
+    fn a_long_transcript_is_escaped_as_serde_json_escapes_it_wherever_it_is_cut() {
+        let mut text: String = (0u8..0x80).map(char::from).collect();
+        text.push_str("é\u{2028}ǅ😀\"\\</script>");
+        let expected = serde_json::to_string(&text).unwrap();
+        for cut in 0..=text.len() {
+            let mut out = b"\"".to_vec();
+            escape(&mut out, &text.as_bytes()[..cut]);
+            escape(&mut out, &text.as_bytes()[cut..]);
+            out.push(b'"');
+            assert_eq!(String::from_utf8(out).unwrap(), expected, "cut at byte {cut}");
+        }
     }
 }
