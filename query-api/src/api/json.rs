@@ -101,11 +101,7 @@ impl JsonBody {
         out.extend_from_slice(b",\"transcriptAsWebVTT\":");
         match transcript {
             Transcript::None => out.extend_from_slice(b"null"),
-            Transcript::Whole(text) => {
-                out.push(b'"');
-                out.extend_from_slice(text.as_bytes());
-                out.push(b'"');
-            }
+            Transcript::Whole(text) => text.write_json(out),
             Transcript::Long(long) => {
                 out.push(b'"');
                 let before = std::mem::take(out);
@@ -171,7 +167,7 @@ mod tests {
 
     use super::*;
     use crate::api::models::{Interview, InterviewPage, StudyListItem, StudyPage};
-    use crate::read::transcript::Escaped;
+    use crate::read::transcript::Whole;
 
     fn document(participant: Option<Participant>, video: Option<VideoObject>) -> InterviewDocument {
         InterviewDocument {
@@ -222,7 +218,7 @@ mod tests {
             let video = parsed.video.as_ref().map(|v| (v.bucket.as_deref().map(String::from), v.key.to_string()));
             assert_eq!(video, doc.video.clone().map(|v| (v.bucket, v.key)), "the video's fields are read unescaped");
             body.item(i);
-            let read = transcript.map_or(Transcript::None, |t| Transcript::Whole(Escaped::of(t)));
+            let read = transcript.map_or(Transcript::None, |t| Transcript::Whole(Whole::of(t.to_string())));
             body.interview(&parsed, link, &read);
             expected.push(served(doc, link, transcript));
         }

@@ -1,7 +1,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
-use super::super::transcript::{Escaped, Long, Transcript};
+use super::super::transcript::{Long, Transcript, Whole};
 use super::*;
 
 /// A long transcript as a page read would return it.
@@ -122,7 +122,7 @@ fn the_bytes_counted_are_the_bytes_the_cache_holds_keys_included() {
         let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
         cache.insert(1, &format!("org{i}"), KEY, page(&docs), Some(&e));
     }
-    let interview = ("{}".repeat(500), Transcript::Whole(Escaped::of(&"WEBVTT".repeat(10_000))));
+    let interview = ("{}".repeat(500), Transcript::Whole(Whole::of("WEBVTT".repeat(10_000))));
     let long = ("{}".repeat(500), Transcript::Long(long()));
     for (id, read) in [("i", interview), ("long", long)] {
         let (key, stored) = (ReadKey::Interview(id.into()), Stored::Interview(Arc::new(Some(read))));

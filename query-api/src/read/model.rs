@@ -22,7 +22,7 @@ use tokio::sync::OnceCell;
 use super::scripts::{
     INTERVIEWS_PAGE_SCRIPT, KEY_LOOKUP_SCRIPT, ONE_INTERVIEW_SCRIPT, ONE_STUDY_SCRIPT, STUDIES_PAGE_SCRIPT,
 };
-use super::transcript::{Escaped, Long, Transcript};
+use super::transcript::{Long, Transcript, Whole};
 use super::Span;
 
 /// A page of stored documents and the total they were taken from.
@@ -398,7 +398,7 @@ impl ReadModel {
             Transcript::None
         } else if doc.len() as u64 + length <= budget {
             let whole: Option<String> = self.query(redis::cmd("GET").arg(&key)).await?;
-            whole.map_or(Transcript::None, |text| Transcript::Whole(Escaped::of(&text)))
+            whole.map_or(Transcript::None, |text| Transcript::Whole(Whole::of(text)))
         } else {
             Transcript::Long(Long { key, length, rewritten_key, rewritten: rewritten.unwrap_or_default() })
         };

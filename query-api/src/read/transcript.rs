@@ -25,8 +25,8 @@ pub const CHUNK: u64 = 1024 * 1024;
 pub enum Transcript {
     /// The interview has none yet.
     None,
-    /// Escaped for JSON once, when read: kept so in memory, it is written into every response as it is.
-    Whole(Escaped),
+    /// Read whole, within the request's byte budget.
+    Whole(Whole),
     /// Too long for the request's budget: read while sending.
     Long(Long),
 }
@@ -53,7 +53,7 @@ impl Transcript {
                 let (key, length, rewritten) = redis::from_redis_value(Value::Array(three))?;
                 Ok(Transcript::Long(Long { key, length, rewritten_key: rewritten_key.to_string(), rewritten }))
             }
-            other => Ok(Transcript::Whole(Escaped::of(&redis::from_redis_value::<String>(other)?))),
+            other => Ok(Transcript::Whole(Whole::of(redis::from_redis_value(other)?))),
         }
     }
 
@@ -61,7 +61,7 @@ impl Transcript {
     pub fn heap_bytes(&self) -> usize {
         match self {
             Transcript::None => 0,
-            Transcript::Whole(text) => text.0.capacity(),
+            Transcript::Whole(text) => text.capacity(),
             Transcript::Long(long) => long.key.capacity() + long.rewritten_key.capacity() + long.rewritten.capacity(),
         }
     }
@@ -69,30 +69,73 @@ impl Transcript {
     /// About how many bytes it adds to a body written in memory (a long one is sent apart).
     pub fn inline_bytes(&self) -> usize {
         match self {
-            Transcript::Whole(text) => text.0.len(),
+            Transcript::Whole(text) => text.json_len(),
             _ => 0,
         }
     }
 }
 
-/// A transcript escaped as the contents of a JSON string, as serde_json escapes them (WebVTT's line
-/// breaks and any quote or backslash of its text): the largest share of the CPU a page of interviews
-/// took when it was escaped at every response (BENCHMARKS.md).
+/// A whole transcript as kept. Up to a [`CHUNK`] it is escaped as the contents of a JSON string once, when
+/// read (as serde_json escapes them: WebVTT's line breaks, any quote or backslash of its text), and every
+/// response copies it as it is: escaping at every response was the largest share of the CPU a page of
+/// interviews took (BENCHMARKS.md). A longer one is kept as read and escaped into each response, as the
+/// chunks of a long one are: its escaped copy beside the one in the body would take a request past its
+/// byte budget (`api::memory`'s test of megabyte transcripts).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Escaped(Vec<u8>);
+pub struct Whole(Form);
 
-impl Escaped {
-    pub fn of(text: &str) -> Self {
-        let mut out = Vec::with_capacity(text.len() + text.len() / 8);
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Form {
+    Escaped(Vec<u8>),
+    Read(String),
+}
+
+impl Whole {
+    pub fn of(text: String) -> Self {
+        if text.len() as u64 > CHUNK {
+            return Self(Form::Read(text));
+        }
+        // Exactly its escaped size: no buffer grown by doubling, then shrunk.
+        let mut out = Vec::with_capacity(escaped_len(text.as_bytes()));
         escape(&mut out, text.as_bytes());
-        out.shrink_to_fit();
-        Self(out)
+        Self(Form::Escaped(out))
     }
 
-    /// The escaped bytes, without the quotes around them.
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+    /// Writes it as a JSON string, quotes included.
+    pub fn write_json(&self, out: &mut Vec<u8>) {
+        out.push(b'"');
+        match &self.0 {
+            Form::Escaped(escaped) => out.extend_from_slice(escaped),
+            Form::Read(text) => escape(out, text.as_bytes()),
+        }
+        out.push(b'"');
     }
+
+    fn capacity(&self) -> usize {
+        match &self.0 {
+            Form::Escaped(escaped) => escaped.capacity(),
+            Form::Read(text) => text.capacity(),
+        }
+    }
+
+    /// About how many bytes it takes written as a JSON string's contents.
+    fn json_len(&self) -> usize {
+        match &self.0 {
+            Form::Escaped(escaped) => escaped.len(),
+            Form::Read(text) => text.len() + text.len() / 8,
+        }
+    }
+}
+
+/// How long `raw` is once [`escape`]d.
+fn escaped_len(raw: &[u8]) -> usize {
+    raw.iter()
+        .map(|b| match b {
+            b'"' | b'\\' | b'\n' | b'\r' | b'\t' | 0x08 | 0x0c => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum()
 }
 
 /// Writes `raw`, a part of a UTF-8 string, escaped as serde_json escapes a string's contents. Bytes of a
@@ -164,7 +207,7 @@ mod tests {
     fn a_reply_reads_as_no_transcript_a_whole_one_or_a_long_one() {
         assert_eq!(Transcript::from_reply(Value::Nil, "r").unwrap(), Transcript::None);
         let whole = Transcript::from_reply(Value::BulkString(b"WEBVTT\n".to_vec()), "r").unwrap();
-        assert_eq!(whole, Transcript::Whole(Escaped(b"WEBVTT\\n".to_vec())), "escaped once, when read");
+        assert_eq!(whole, Transcript::Whole(Whole(Form::Escaped(b"WEBVTT\\n".to_vec()))), "escaped once, when read");
         let bulk = |text: &str| Value::BulkString(text.as_bytes().to_vec());
         let long = Value::Array(vec![bulk("t:org:i1"), Value::Int(40_000_000), bulk("")]);
         let long = Transcript::from_reply(long, "r:org").unwrap();
@@ -179,6 +222,16 @@ mod tests {
         let mut text: String = (0u8..0x80).map(char::from).collect();
         text.push_str("é\u{2028}ǅ😀\"\\</script>");
         let expected = serde_json::to_string(&text).unwrap();
+        let whole = Whole::of(text.clone());
+        assert!(matches!(&whole.0, Form::Escaped(e) if e.len() == e.capacity()), "escaped, at its escaped size");
+        let mut out = Vec::new();
+        whole.write_json(&mut out);
+        assert_eq!(String::from_utf8(out).unwrap(), expected);
+        let long = format!("{text}{}", "x".repeat(CHUNK as usize));
+        let (whole, mut out) = (Whole::of(long.clone()), Vec::new());
+        assert!(matches!(&whole.0, Form::Read(_)), "longer than a chunk: kept as read");
+        whole.write_json(&mut out);
+        assert_eq!(out, serde_json::to_vec(&long).unwrap());
         for cut in 0..=text.len() {
             let mut out = b"\"".to_vec();
             escape(&mut out, &text.as_bytes()[..cut]);
