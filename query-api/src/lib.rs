@@ -29,8 +29,9 @@
 //!
 //! An interview has three shapes, each for one reader: the projector's fold state (`InterviewState`),
 //! the stored document (`shared::InterviewDocument`, what Redis holds), and the served body
-//! (`api::models::Interview`, section 2), written from the stored bytes through the borrowed
-//! `api::json::InterviewFields` without building the served shape (tests keep the two byte-identical).
+//! (`api::models::Interview`, section 2), written from the stored bytes, whose fields
+//! `read::document::InterviewDoc` finds once when read, without building the served shape (tests keep the
+//! two byte-identical).
 
 /// What `--version` says: the workspace's version and the commit it was built from.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GIT_COMMIT"), ")");

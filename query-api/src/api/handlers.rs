@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use shared::StudyDocument;
 
 use super::etag;
-use super::json::{InterviewFields, JsonBody};
+use super::json::JsonBody;
 use super::models::{ErrorBody, IfNoneMatch, Interview, InterviewPage, PageInfo, PageQuery, Study, StudyPage};
 use super::pagination::Pagination;
 use crate::auth::credential::credential;
@@ -225,8 +225,8 @@ async fn interview(
     (doc, transcript): &InterviewRead,
     links: &mut Option<Links<'_>>,
 ) -> Result<(), ApiError> {
-    let doc = InterviewFields::parse(doc).map_err(internal)?;
-    let link = match (links, &doc.video) {
+    let doc = doc.fields().map_err(internal)?;
+    let link = match (links, doc.video) {
         (Some(links), Some(video)) => match links.url(video.bucket.as_deref(), &video.key).await {
             Ok(url) => Some(url),
             Err(NoLink::Refused) => {

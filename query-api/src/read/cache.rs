@@ -62,7 +62,7 @@ impl Stored {
             2 * size_of::<usize>() + size_of::<T>()
         }
         fn interview((doc, transcript): &InterviewRead) -> usize {
-            doc.capacity() + transcript.heap_bytes()
+            doc.heap_bytes() + transcript.heap_bytes()
         }
         fn page<T>(page: &Page<T>, each: impl Fn(&T) -> usize) -> usize {
             page.items.capacity() * size_of::<T>() + page.items.iter().map(each).sum::<usize>()

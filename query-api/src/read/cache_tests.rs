@@ -1,6 +1,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
+use super::super::document::InterviewDoc;
 use super::super::transcript::{Long, Transcript, Whole};
 use super::*;
 
@@ -122,8 +123,13 @@ fn the_bytes_counted_are_the_bytes_the_cache_holds_keys_included() {
         let docs: Vec<&str> = docs.iter().map(String::as_str).collect();
         cache.insert(1, &format!("org{i}"), KEY, page(&docs), Some(&e));
     }
-    let interview = ("{}".repeat(500), Transcript::Whole(Whole::of("WEBVTT".repeat(10_000))));
-    let long = ("{}".repeat(500), Transcript::Long(long()));
+    let stored = format!(
+        r#"{{"id":"i","participant":null,"facets":[],"video":{{"bucket":"{}","key":"{}"}},"createdAt":"a","updatedAt":"b"}}"#,
+        "b".repeat(200),
+        "k".repeat(800)
+    );
+    let interview = (InterviewDoc::new(stored), Transcript::Whole(Whole::of("WEBVTT".repeat(10_000))));
+    let long = (InterviewDoc::new("{}".repeat(500)), Transcript::Long(long()));
     for (id, read) in [("i", interview), ("long", long)] {
         let (key, stored) = (ReadKey::Interview(id.into()), Stored::Interview(Arc::new(Some(read))));
         cache.insert(1, "org", key, stored, Some(&e));

@@ -6,6 +6,7 @@
 //! Redis last pushed, else one read of Redis, which is then kept.
 
 pub mod cache;
+pub mod document;
 pub mod freshness;
 pub mod generation;
 pub mod model;

@@ -19,6 +19,7 @@ use shared::scope::Scope;
 use shared::Keyspace;
 use tokio::sync::OnceCell;
 
+use super::document::InterviewDoc;
 use super::scripts::{
     INTERVIEWS_PAGE_SCRIPT, KEY_LOOKUP_SCRIPT, ONE_INTERVIEW_SCRIPT, ONE_STUDY_SCRIPT, STUDIES_PAGE_SCRIPT,
 };
@@ -33,7 +34,7 @@ pub struct Page<T> {
 }
 
 /// An interview as read: its stored document and its transcript.
-pub type InterviewRead = (String, Transcript);
+pub type InterviewRead = (InterviewDoc, Transcript);
 
 /// A page of interviews as Redis answers it: total, documents, transcripts (see [`Transcript::from_reply`])
 /// and the organization's epoch; `None` when the study is not completed.
@@ -281,7 +282,7 @@ impl ReadModel {
         let rewritten = keys.transcripts_rewritten(org);
         for (doc, transcript) in docs.into_iter().zip(transcripts) {
             if let Some(doc) = doc {
-                items.push((doc, Transcript::from_reply(transcript, &rewritten)?));
+                items.push((InterviewDoc::new(doc), Transcript::from_reply(transcript, &rewritten)?));
             }
         }
         Ok(Some((Page { total, items }, epoch)))
@@ -372,7 +373,9 @@ impl ReadModel {
         };
         let (doc, transcript, epoch) = reply;
         let found = match doc {
-            Some(doc) => Some((doc, Transcript::from_reply(transcript, &keys.transcripts_rewritten(org))?)),
+            Some(doc) => {
+                Some((InterviewDoc::new(doc), Transcript::from_reply(transcript, &keys.transcripts_rewritten(org))?))
+            }
             None => None,
         };
         Ok((found, epoch))
@@ -402,7 +405,7 @@ impl ReadModel {
         } else {
             Transcript::Long(Long { key, length, rewritten_key, rewritten: rewritten.unwrap_or_default() })
         };
-        Ok((Some((doc, transcript)), None))
+        Ok((Some((InterviewDoc::new(doc), transcript)), None))
     }
 
     /// Where the generation is being projected again after Redis lost data: the slots its losses touched,
