@@ -108,7 +108,7 @@ impl MskIam {
         let this = Arc::clone(self);
         std::thread::spawn(move || runtime.block_on(async { tokio::time::timeout(MAKE_WITHIN, this.token()).await }))
             .join()
-            .map_err(|_| TokenError::Timeout)?
+            .map_err(|_| TokenError::Signer("the thread making the token panicked".into()))?
             .map_err(|_| TokenError::Timeout)?
     }
 }

@@ -151,25 +151,24 @@ pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsu
 /// A consumer for reading offsets and watermarks of `group`, or for reading a topic by itself; it joins
 /// nothing.
 pub fn inspector(config: &Config, group: &str) -> KafkaResult<Inspector> {
-    authenticated(settings(config, group).create_with_context(config.kafka_properties().auth())?)
+    Ok(authenticated(settings(config, group).create_with_context(config.kafka_properties().auth())?))
 }
 
 /// A consumer that reads a partition to find its end (see `undelivered`): it reports reaching the end
 /// of a partition, and joins and commits nothing.
 pub fn end_reader(config: &Config) -> KafkaResult<Inspector> {
     let settings = settings(config, &config.group_id).set("enable.partition.eof", "true").clone();
-    authenticated(settings.create_with_context(config.kafka_properties().auth())?)
+    Ok(authenticated(settings.create_with_context(config.kafka_properties().auth())?))
 }
 
 /// A consumer with its first OAUTHBEARER token, when it uses any: librdkafka asks for it at the
 /// client's first poll and connects to no broker before, so a client that only asks for metadata or
 /// offsets would wait for ever. Later tokens are asked for at the polls that read messages (a client
-/// idle when its token is due gets it at its next poll). Nothing is assigned yet: no message is taken.
-pub(super) fn authenticated<C: ConsumerContext>(consumer: BaseConsumer<C>) -> KafkaResult<BaseConsumer<C>> {
-    if let Some(Err(e)) = consumer.poll(Duration::ZERO) {
-        return Err(e);
-    }
-    Ok(consumer)
+/// idle when its token is due gets it at its next poll). Nothing is assigned yet: no message is taken,
+/// and an error this early is the context's to report; the client's next call meets its cause.
+pub(super) fn authenticated<C: ConsumerContext>(consumer: BaseConsumer<C>) -> BaseConsumer<C> {
+    let _ = consumer.poll(Duration::ZERO);
+    consumer
 }
 
 /// The producer of dead letters and replays. Its largest message is the largest the consumer accepts

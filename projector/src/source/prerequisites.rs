@@ -77,7 +77,7 @@ fn topics_exist(config: &Config) -> Result<(), Error> {
         .set("bootstrap.servers", &brokers)
         .set("group.id", &config.group_id)
         .create_with_context(LastError(Mutex::default(), config.kafka_properties().auth()))
-        .and_then(authenticated)
+        .map(authenticated)
         .map_err(|e| Error::Config(format!("kafka client settings: {e}")))?;
     let metadata = client.fetch_metadata(None, ANSWER_WITHIN).map_err(|e| {
         // librdkafka queues its logs and errors for the client's next poll.
