@@ -52,7 +52,6 @@ async fn a_token_is_a_kafka_cluster_connect_request_signed_with_the_credentials_
     let signed_at = chrono::NaiveDateTime::parse_from_str(&params["X-Amz-Date"], "%Y%m%dT%H%M%SZ").unwrap();
     assert_eq!(token.lifetime_ms, signed_at.and_utc().timestamp_millis() + 900_000, "librdkafka's expiry");
     assert!(token.lifetime_ms > before + 890_000, "librdkafka asks again at 80% of it: 12 minutes on");
-    assert!(verified(&token.token, "eu-west-1", "SECRET0").len() >= 8);
 }
 
 #[tokio::test]
@@ -93,7 +92,7 @@ async fn every_kind_of_client_the_projector_makes_logs_in_with_a_signed_msk_iam_
             .await
             .unwrap_or_else(|_| panic!("the {kind} sent no token"))
             .unwrap();
-        let params = verified(&token, "eu-west-1", &format!("SECRET{}", &verified_key(&token)));
+        let params = verified(&token, "eu-west-1", &format!("SECRET{}", key_number(&token)));
         assert_eq!(params["Action"], "kafka-cluster:Connect", "the {kind}'s token");
         while tokens.try_recv().is_ok() {}
     };
@@ -119,8 +118,8 @@ fn ask<C: rdkafka::ClientContext>(client: &rdkafka::client::Client<C>) {
     let _ = client.fetch_metadata(None, Duration::from_millis(300));
 }
 
-/// The number of the rotating key a token was signed with (`AKID<n>/...`).
-fn verified_key(token: &str) -> String {
+/// The number of the rotating key a token names (`AKID<n>/...`), whose secret must verify it.
+fn key_number(token: &str) -> String {
     let url = base64::engine::general_purpose::URL_SAFE_NO_PAD.decode(token).unwrap();
     let url = String::from_utf8(url).unwrap();
     let credential = url.split("X-Amz-Credential=AKID").nth(1).unwrap();
