@@ -23,6 +23,13 @@ pub fn binary() -> PathBuf {
 pub struct KillOnDrop(pub Child);
 
 impl KillOnDrop {
+    /// SIGSTOP: the process holds everything it holds and does nothing more until killed, so a test can
+    /// look at it halfway without racing it to the end.
+    pub fn freeze(&self) {
+        let status = Command::new("kill").args(["-STOP", &self.0.id().to_string()]).status().expect("kill runs");
+        assert!(status.success(), "SIGSTOP to {} failed", self.0.id());
+    }
+
     /// SIGKILL, then waits for the process to be gone.
     pub fn sigkill(&mut self) {
         self.0.kill().expect("SIGKILL");

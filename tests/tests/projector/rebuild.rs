@@ -139,6 +139,9 @@ async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes(
     let message = &scenario.messages[total / 3];
     let third = "the rebuild to be a third in";
     read_model::wait_until_reached(&redis().await, &building, message, Duration::from_secs(60), third).await;
+    // Frozen a third in, so it cannot finish while the second one starts; its lock lasts 10 s unrenewed.
+    first.freeze();
+    assert_eq!(active(&prefix).await, Some(1), "the rebuild was frozen before it switched");
 
     let second = runner::output_within(runner::command(&topics, &prefix, &group, &rebuild), Duration::from_secs(60));
     assert!(!second.status.success(), "two rebuilds cannot run at once");
