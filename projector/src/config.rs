@@ -89,9 +89,27 @@ pub struct Config {
     #[arg(long, env = "DEAD_LETTER_LIMIT_RETRY_SECS", default_value_t = 30)]
     pub dead_letter_limit_retry_secs: u64,
 
+    /// How the live instances of one projection share the partitions. `group`: they are members of the
+    /// Kafka consumer group PROJECTOR_GROUP_ID, whose coordinator assigns the partitions
+    /// (cooperative-sticky, or KIP-848's `group.protocol=consumer` when a Kafka property asks for it);
+    /// each partition is read from the position the read model holds. `redis`: they report themselves
+    /// in Redis and split the partitions by rendezvous hashing, for a broker whose group coordinator does
+    /// not rebalance correctly (see docs/configuration.md).
+    #[arg(long, env = "PROJECTOR_MEMBERSHIP", value_enum, default_value_t = Membership::Group)]
+    pub membership: Membership,
+
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+/// Who decides which live instance reads which partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Membership {
+    /// The broker's consumer-group coordinator.
+    Group,
+    /// The instances themselves, through their reports in Redis.
+    Redis,
 }
 
 pub use crate::source::{KafkaOptions, Properties};

@@ -48,7 +48,7 @@ use std::future::Future;
 
 use tokio::sync::watch;
 
-pub use config::Config;
+pub use config::{Config, Membership};
 
 /// What `--version` says: the workspace's version and the commit it was built from.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GIT_COMMIT"), ")");

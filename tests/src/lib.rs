@@ -15,6 +15,7 @@ pub mod fixture;
 pub mod kafka;
 pub mod markers;
 pub mod metrics;
+pub mod mock_kafka;
 pub mod otlp;
 pub mod own_redis;
 pub mod read_model;

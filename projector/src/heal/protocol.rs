@@ -209,10 +209,17 @@ pub async fn mark_everything(
 
 /// A start is a check: a partition whose committed offset is ahead of the position the read model holds
 /// lost what was applied between the two while no projector looked (a restore, a restart without
-/// persistence, a flush). Returns the loss, named alike by every projector that finds it.
-pub async fn behind_commits(source: &Source, conn: &mut Connection, keys: &Keyspace) -> Result<Option<Loss>, Error> {
-    let committed: HashMap<Partition, i64> =
-        source.committed()?.into_iter().filter(|(_, offset)| *offset > 0).collect();
+/// persistence, a flush). With `only_marked`, only offsets a projector committed count: one set by
+/// anything else (an operator's reset) is no such evidence, and the partition is read from the read
+/// model's position. Returns the loss, named alike by every projector that finds it.
+pub async fn behind_commits(
+    source: &Source,
+    conn: &mut Connection,
+    keys: &Keyspace,
+    only_marked: bool,
+) -> Result<Option<Loss>, Error> {
+    let committed = if only_marked { source.committed_by_projectors()? } else { source.committed()? };
+    let committed: HashMap<Partition, i64> = committed.into_iter().filter(|(_, offset)| *offset > 0).collect();
     let partitions: Vec<Partition> = committed.keys().cloned().collect();
     let held = position::read(conn, keys, &partitions).await?;
     let mut behind: Vec<String> = held

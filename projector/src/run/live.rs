@@ -14,6 +14,7 @@ use super::control::{self, Signals};
 use super::members::{self, Instance};
 use super::Projector;
 use crate::batch::Step;
+use crate::config::Membership;
 use crate::heal::{watch_memory, Heal};
 use crate::observe::now;
 use crate::store::{self, position};
@@ -28,6 +29,9 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
     let mut heal = Heal::new(projector.conn(), projector.metrics());
     let _memory = AbortOnDrop::spawn(watch_memory(conn.clone(), projector.metrics()));
     let mut last_check: Option<Instant> = None;
+    if projector.config.membership == Membership::Group {
+        projector.source.join()?;
+    }
     loop {
         if last_check.is_none_or(|at| at.elapsed() >= CHECK_EVERY) {
             last_check = Some(Instant::now());
@@ -107,8 +111,9 @@ async fn housekeeping(
     Ok(true)
 }
 
-/// Reads the partitions that are this instance's share among the live `members` of its group; one it did
-/// not read yet starts from the position the read model holds.
+/// Reads the partitions that are this instance's share: those the consumer group assigned it, or, with
+/// Redis membership, its share among the live `members` of its group. One it did not read yet starts
+/// from the position the read model holds.
 async fn take_share(
     projector: &mut Projector,
     conn: &mut Connection,
@@ -116,7 +121,11 @@ async fn take_share(
     members: &[String],
 ) -> Result<(), Error> {
     let all = projector.source.partitions()?;
-    let (count, share) = (all.len(), members::share(id, members, all));
+    let count = all.len();
+    let share = match projector.source.group_share() {
+        Some(share) => share,
+        None => members::share(id, members, projector.source.partitions()?),
+    };
     let taken = share.len();
     if share == *projector.source.assigned() {
         return Ok(());

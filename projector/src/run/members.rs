@@ -1,15 +1,17 @@
-//! Which live projectors there are, and which partitions each one reads.
+//! Which live projectors there are, and, under Redis membership, which partitions each one reads.
 //!
 //! Every live projector reports itself in `P:projectors` every 250 ms (its group, generation, whether it
-//! is paused, a heartbeat), and reads the others in the same round trip. Each one reads the partitions
-//! that rendezvous hashing gives it among the instances of its group that reported within the last few
+//! is paused, a heartbeat, how many partitions it reads), and reads the others in the same round trip:
+//! `projector status`, the API's `/readyz` and a rebuild's handover read these reports whatever the
+//! membership.
+//!
+//! Under group membership (the default) the broker's group coordinator assigns the partitions. Under
+//! Redis membership (`PROJECTOR_MEMBERSHIP=redis`, for a broker whose coordinator cannot be relied on,
+//! such as the local stack's, which keeps no commit metadata) each one reads the partitions that
+//! rendezvous hashing gives it among the instances of its group that reported within the last few
 //! seconds. Every instance computes the same answer from the same list, so they agree without talking to
 //! each other, and a change of membership moves only the partitions of the instance that came or went.
-//! Offsets are still committed to the Kafka consumer group.
-//!
-//! Why not the group protocol: it depends on the broker's coordinator getting every rebalance right, and
-//! a broker that keeps a dead member as the group's leader leaves that member's partitions unread for
-//! good. Here a dead instance's partitions move to the others once its report is stale.
+//! Offsets are still committed to the Kafka consumer group, which shows no members.
 //!
 //! Two instances may briefly read the same partition while their views of the membership differ; that
 //! is harmless, as every write checks the aggregate's sequence and an event applied twice changes nothing.

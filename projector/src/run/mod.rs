@@ -33,7 +33,7 @@ pub use members::{live_instances, Instance};
 
 use crate::backoff::Backoff;
 use crate::batch::{self, Step};
-use crate::config::Config;
+use crate::config::{Config, Membership};
 use crate::heal;
 use crate::observe::{self, Health, Metrics};
 use crate::source::Source;
@@ -118,7 +118,11 @@ impl Projector {
         } else if projector.config.generation.is_none() {
             // Redis may have lost data while no projector looked: marked before anything more is served.
             let keys = projector.store.keys().clone();
-            if let Some(loss) = heal::behind_commits(&projector.source, &mut conn, &keys).await? {
+            // A broker whose group coordinator the projector relies on keeps each commit's metadata, so an
+            // offset an operator reset is told from the projector's; one used with Redis membership may
+            // not (the local stack's keeps none), and there every committed offset counts.
+            let only_marked = projector.config.membership == Membership::Group;
+            if let Some(loss) = heal::behind_commits(&projector.source, &mut conn, &keys, only_marked).await? {
                 tracing::error!(%loss, "the read model's Redis lost data while no projector ran; projecting again");
                 let losses = Losses::one(loss);
                 heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, &losses).await?;

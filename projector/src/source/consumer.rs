@@ -2,7 +2,7 @@
 //! librdkafka's statistics into lag gauges, and batches of messages (with their headers, which carry the
 //! product's trace context).
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,6 +35,9 @@ pub struct Context {
     /// with nothing of it left in its queue (then a partition applied short of its end has nothing more to
     /// deliver there: see `undelivered`).
     pub fetched_to_end: Mutex<HashMap<Partition, bool>>,
+    /// The partitions the consumer group assigned to this consumer, once it joined the group (`None`: it
+    /// is no member, and assigns partitions itself).
+    pub group: Mutex<Option<BTreeSet<Partition>>>,
     auth: Auth,
 }
 
@@ -85,10 +88,27 @@ impl ClientContext for Context {
 }
 
 impl ConsumerContext for Context {
-    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+    /// Runs inside a poll, after librdkafka took or gave up the partitions. A partition the group assigns
+    /// is paused at once: it is read only once the live loop has moved it to the position the read model
+    /// holds (`Source::assign`), never from the group's committed offset.
+    fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let mut group = self.group.lock().expect("group assignment");
         match rebalance {
-            Rebalance::Assign(list) => tracing::info!(partitions = list.count(), "partitions assigned by the group"),
-            Rebalance::Revoke(list) => tracing::info!(partitions = list.count(), "partitions revoked by the group"),
+            Rebalance::Assign(list) => {
+                if let Err(e) = consumer.pause(list) {
+                    tracing::warn!(error = %e, "could not hold the partitions the group assigned");
+                }
+                let held = group.get_or_insert_default();
+                held.extend(list.elements().iter().map(|e| Partition::new(e.topic(), e.partition())));
+                tracing::info!(partitions = list.count(), holding = held.len(), "partitions assigned by the group");
+            }
+            Rebalance::Revoke(list) => {
+                let held = group.get_or_insert_default();
+                for e in list.elements() {
+                    held.remove(&Partition::new(e.topic(), e.partition()));
+                }
+                tracing::info!(partitions = list.count(), holding = held.len(), "partitions revoked by the group");
+            }
             Rebalance::Error(e) => tracing::warn!(error = %e, "consumer group rebalance failed"),
         }
     }
@@ -131,21 +151,35 @@ pub(super) fn settings(config: &Config, group: &str) -> ClientConfig {
     settings
 }
 
-/// The consumer of the projection's group. It subscribes to nothing: the instances share the partitions
-/// themselves and assign them; the group id is where offsets are committed.
+/// The consumer of the projection's group. It subscribes to nothing until told to join the group
+/// (`Source::join`); otherwise it is given its partitions, and the group id is where offsets are
+/// committed.
 pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsumer> {
     let context = Context {
         metrics,
         last_timestamp: Mutex::default(),
         ends: Mutex::default(),
         fetched_to_end: Mutex::default(),
+        group: Mutex::default(),
         auth: config.kafka_properties().auth(),
     };
-    let consumer: LiveConsumer =
-        settings(config, &config.group_id).set("statistics.interval.ms", "1000").create_with_context(context)?;
+    let consumer: LiveConsumer = live_settings(config).create_with_context(context)?;
     // Its first token, before anything asks the broker: nothing is assigned yet, so no message is taken.
     let _ = consumer.recv().now_or_never();
     Ok(consumer)
+}
+
+/// The live consumer's settings: as every client's, with statistics, and the cooperative-sticky
+/// assignor unless the operator chose another or KIP-848's protocol (whose assignor is the broker's).
+/// Cooperative: a rebalance moves only the partitions that change hands, the others are read on.
+fn live_settings(config: &Config) -> ClientConfig {
+    let mut settings = settings(config, &config.group_id);
+    settings.set("statistics.interval.ms", "1000");
+    let consumer_protocol = settings.get("group.protocol").is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
+    if settings.get("partition.assignment.strategy").is_none() && !consumer_protocol {
+        settings.set("partition.assignment.strategy", "cooperative-sticky");
+    }
+    settings
 }
 
 /// A consumer for reading offsets and watermarks of `group`, or for reading a topic by itself; it joins
@@ -302,5 +336,16 @@ mod tests {
         assert_eq!(settings(&configured(&[]), "g").get("fetch.wait.max.ms"), None, "librdkafka's 500 ms");
         let local = configured(&[("KAFKA_PROPERTY_FETCH_WAIT_MAX_MS", "10")]);
         assert_eq!(settings(&local, "g").get("fetch.wait.max.ms"), Some("10"), "the operator's");
+    }
+
+    #[test]
+    fn the_live_consumer_rebalances_cooperatively_unless_the_operator_or_kip_848_decides() {
+        let strategy = |env: &[(&str, &str)]| {
+            live_settings(&configured(env)).get("partition.assignment.strategy").map(str::to_string)
+        };
+        assert_eq!(strategy(&[]).as_deref(), Some("cooperative-sticky"));
+        let range = [("KAFKA_PROPERTY_PARTITION_ASSIGNMENT_STRATEGY", "range")];
+        assert_eq!(strategy(&range).as_deref(), Some("range"), "the operator's");
+        assert_eq!(strategy(&[("KAFKA_PROPERTY_GROUP_PROTOCOL", "consumer")]), None, "the broker assigns");
     }
 }

@@ -132,6 +132,19 @@ impl Source {
         })
     }
 
+    /// Joins the consumer group: from now on its coordinator says which partitions this consumer may read
+    /// ([`Source::group_share`]), and each is read once [`Source::assign`] has placed it.
+    pub fn join(&mut self) -> Result<(), BrokerError> {
+        *self.consumer.context().group.lock().expect("group assignment") = Some(BTreeSet::new());
+        let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
+        Ok(self.consumer.subscribe(&topics)?)
+    }
+
+    /// The partitions the consumer group has assigned to this consumer; `None` when it joined none.
+    pub fn group_share(&self) -> Option<BTreeSet<Partition>> {
+        self.consumer.context().group.lock().expect("group assignment").clone()
+    }
+
     /// The next batch: waits at most `idle` for its first message. `None` when shut down meanwhile.
     pub async fn next_batch(&self, stopped: &mut watch::Receiver<bool>, idle: Duration) -> Option<Batch> {
         tokio::select! {
@@ -190,7 +203,10 @@ impl Source {
     }
 
     fn commit_offsets<'a>(&self, offsets: impl IntoIterator<Item = (&'a Partition, i64)>, mode: CommitMode) {
-        let list = match offsets::partition_list(offsets.into_iter().map(|(p, o)| (p, Offset::Offset(o)))) {
+        // A member commits only what the group gave it: a partition it gave up is another's to commit.
+        let group = self.group_share();
+        let ours = offsets.into_iter().filter(|(p, _)| group.as_ref().is_none_or(|g| g.contains(*p)));
+        let list = match offsets::commit_list(ours) {
             Ok(list) if list.count() > 0 => list,
             Ok(_) => return,
             Err(e) => return tracing::warn!(error = %e, "offsets to commit are not valid"),
@@ -229,18 +245,31 @@ impl Source {
         if share == self.assigned {
             return Ok(false);
         }
-        self.commit_applied();
+        // Partitions handed to another instance by the Redis membership are committed before it reads
+        // them. Under the group the read model's positions decide where a partition is read from, and a
+        // commit waits out a rebalance in progress: it goes on in the background.
+        match self.group_share() {
+            None => self.commit_applied(),
+            Some(_) => self.commit_offsets(self.applied.iter().map(|(p, o)| (p, *o)), CommitMode::Async),
+        }
         self.applied.retain(|partition, _| share.contains(partition));
         self.limit.retain(|partition| share.contains(partition));
         let new: Vec<Partition> = share.iter().filter(|p| !self.assigned.contains(*p)).cloned().collect();
+        let mut starts = Vec::new();
         for partition in new {
             match start(&partition) {
-                Some(offset) => self.applied.insert(partition, offset),
+                Some(offset) => {
+                    starts.push((partition.clone(), offset));
+                    self.applied.insert(partition, offset)
+                }
                 None => self.applied.remove(&partition),
             };
         }
         self.assigned = share;
         self.reposition()?;
+        // The group's offsets say where each partition is read from, whatever was committed before (an
+        // operator's reset): lag exporters and `kafka-consumer-groups --describe` show the truth at once.
+        self.commit_offsets(starts.iter().map(|(p, o)| (p, *o)), CommitMode::Async);
         Ok(true)
     }
 
@@ -300,8 +329,27 @@ impl Source {
     /// but a partition halted by the dead-letter limit and waiting, which is not read.
     fn reposition(&mut self) -> Result<(), BrokerError> {
         let at = |p: &Partition| self.applied.get(p).map_or(Offset::Beginning, |o| Offset::Offset(*o));
-        let read = self.assigned.iter().filter(|p| !self.limit.is_waiting(p));
-        self.consumer.assign(&offsets::partition_list(read.map(|p| (p, at(p))))?)?;
+        let Some(group) = self.group_share() else {
+            let read = self.assigned.iter().filter(|p| !self.limit.is_waiting(p));
+            self.consumer.assign(&offsets::partition_list(read.map(|p| (p, at(p))))?)?;
+            return Ok(());
+        };
+        // A group member keeps the partitions the group gave it, and moves them: each is held, placed
+        // where it stands (a seek drops what was fetched of it before), and read again unless it waits.
+        let held: Vec<&Partition> = self.assigned.iter().filter(|p| group.contains(*p)).collect();
+        if held.is_empty() {
+            return Ok(());
+        }
+        let all = offsets::partition_list(held.iter().map(|p| (*p, Offset::Invalid)))?;
+        self.consumer.pause(&all)?;
+        let placed = offsets::partition_list(held.iter().map(|p| (*p, at(p))))?;
+        let placed = tokio::task::block_in_place(|| self.consumer.seek_partitions(placed, offsets::BROKER_TIMEOUT))?;
+        if let Some(e) = placed.elements().iter().find_map(|e| e.error().err()) {
+            return Err(BrokerError(e));
+        }
+        let read =
+            offsets::partition_list(held.iter().filter(|p| !self.limit.is_waiting(p)).map(|p| (*p, Offset::Invalid)))?;
+        self.consumer.resume(&read)?;
         Ok(())
     }
 
@@ -345,8 +393,18 @@ impl Source {
 
     /// What this projector's own group has committed, per partition.
     pub fn committed(&self) -> Result<HashMap<Partition, i64>, BrokerError> {
+        Ok(offsets::committed(self.progress()?))
+    }
+
+    /// What projectors of this group have committed, per partition: not an offset set by anything else.
+    pub fn committed_by_projectors(&self) -> Result<HashMap<Partition, i64>, BrokerError> {
+        let ours = self.progress()?.into_iter().filter(|p| p.by_projector);
+        Ok(offsets::committed(ours.collect()))
+    }
+
+    fn progress(&self) -> Result<Vec<Progress>, BrokerError> {
         let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
-        Ok(offsets::committed(tokio::task::block_in_place(|| offsets::progress(&self.consumer, &topics))?))
+        Ok(tokio::task::block_in_place(|| offsets::progress(&self.consumer, &topics))?)
     }
 }
 

@@ -12,6 +12,11 @@ use super::{Partition, Record};
 
 pub const BROKER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The metadata every offset the projector commits carries. An offset committed without it was set by
+/// something else (an operator's `kafka-consumer-groups --reset-offsets`, an older projector) and says
+/// nothing about what the read model held: the read model's own positions decide where it reads.
+pub const COMMIT_MARK: &str = "read-model-projector";
+
 /// One past the last offset of each partition among `records`: what to commit once they are applied.
 pub fn next_offsets<'a>(records: impl Iterator<Item = Record<'a>>) -> BTreeMap<Partition, i64> {
     let mut next = BTreeMap::new();
@@ -40,6 +45,17 @@ fn offset(offset: Offset) -> Option<i64> {
     }
 }
 
+/// A list of offsets to commit, each marked as the projector's ([`COMMIT_MARK`]).
+pub fn commit_list<'a>(offsets: impl IntoIterator<Item = (&'a Partition, i64)>) -> KafkaResult<TopicPartitionList> {
+    let mut list = TopicPartitionList::new();
+    for (p, offset) in offsets {
+        let mut element = list.add_partition(&p.topic, p.partition);
+        element.set_offset(Offset::Offset(offset))?;
+        element.set_metadata(COMMIT_MARK);
+    }
+    Ok(list)
+}
+
 /// The partitions of a topic.
 pub fn partitions<X: ConsumerContext, C: Consumer<X>>(consumer: &C, topic: &str) -> KafkaResult<Vec<i32>> {
     let metadata = consumer.fetch_metadata(Some(topic), BROKER_TIMEOUT)?;
@@ -53,6 +69,8 @@ pub struct Progress {
     pub partition: Partition,
     /// The group's committed offset, if it committed one.
     pub committed: Option<i64>,
+    /// Whether that offset was committed by a projector ([`COMMIT_MARK`]).
+    pub by_projector: bool,
     /// The partition's high watermark.
     pub end: i64,
 }
@@ -77,7 +95,8 @@ pub fn progress<X: ConsumerContext, C: Consumer<X>>(consumer: &C, topics: &[&str
     for element in committed.elements() {
         let (_, end) = consumer.fetch_watermarks(element.topic(), element.partition(), BROKER_TIMEOUT)?;
         let partition = Partition::new(element.topic(), element.partition());
-        out.push(Progress { partition, committed: offset(element.offset()), end });
+        let by_projector = element.metadata() == COMMIT_MARK;
+        out.push(Progress { partition, committed: offset(element.offset()), by_projector, end });
     }
     Ok(out)
 }

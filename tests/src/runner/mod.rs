@@ -173,6 +173,16 @@ impl Running {
         let _ = self.stop.send(true);
         self.task.await.expect("projector task").expect("projector ends cleanly");
     }
+
+    /// [`Running::stop`], failing the test if the projector has not stopped within `timeout`.
+    pub async fn stop_within(self, timeout: Duration) {
+        let _ = self.stop.send(true);
+        let ended = tokio::time::timeout(timeout, self.task).await;
+        ended
+            .unwrap_or_else(|_| panic!("the projector did not stop within {timeout:?}"))
+            .expect("projector task")
+            .expect("projector ends cleanly");
+    }
 }
 
 /// The read model of `topics` built from scratch, under a prefix of its own, by a projector of its own:

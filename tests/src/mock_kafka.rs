@@ -1,0 +1,95 @@
+//! librdkafka's mock cluster: Kafka brokers inside the test process whose group coordinator balances
+//! consumer groups (the classic protocol and KIP-848's), for the tests of the projector as a member of
+//! its consumer group. Its brokers listen on loopback, so a projector binary reaches them too.
+
+use std::process::{Command, Stdio};
+
+use projector::{Config, Membership};
+use rdkafka::mocking::MockCluster;
+use rdkafka::producer::DefaultProducerContext;
+use rdkafka::ClientConfig;
+use shared::Topic;
+
+use crate::kafka::{Topics, PARTITIONS};
+use crate::runner::{self, KillOnDrop};
+use crate::unique;
+
+/// How long a member that stopped heartbeating stays in the group: a SIGKILLed instance's partitions
+/// move after this.
+pub const SESSION_TIMEOUT_MS: u32 = 6000;
+
+/// Three mock brokers.
+pub struct MockKafka {
+    cluster: MockCluster<'static, DefaultProducerContext>,
+    brokers: String,
+}
+
+impl MockKafka {
+    pub fn start() -> Self {
+        let cluster = MockCluster::new(3).expect("mock cluster");
+        let brokers = cluster.bootstrap_servers();
+        Self { cluster, brokers }
+    }
+
+    /// Its bootstrap servers.
+    pub fn brokers(&self) -> &str {
+        &self.brokers
+    }
+
+    /// The settings of a client of these brokers.
+    pub fn client(&self) -> ClientConfig {
+        let mut client = ClientConfig::new();
+        client.set("bootstrap.servers", &self.brokers);
+        client
+    }
+
+    /// Fresh topics with their dead-letter topics (the mock has no CreateTopics).
+    pub fn topics(&self) -> Topics {
+        let run = unique("t");
+        let topics = Topics {
+            study: format!("{run}-study-events"),
+            interview: format!("{run}-interview-events"),
+            api_key: format!("{run}-api-key-events"),
+        };
+        for topic in Topic::ALL {
+            let name = topics.name(topic);
+            self.cluster.create_topic(name, PARTITIONS, 1).expect("topic created");
+            self.cluster.create_topic(&format!("{name}.dlq"), PARTITIONS, 1).expect("dead-letter topic created");
+        }
+        topics
+    }
+
+    /// A projector's settings on these brokers, a member of `group` with the given Kafka properties
+    /// (a short session unless KIP-848's protocol is asked for, which has the broker's own).
+    pub fn config(&self, topics: &Topics, prefix: &str, group: &str, properties: &[(&str, &str)]) -> Config {
+        let mut config = runner::config(topics, prefix, group);
+        config.brokers = Some(self.brokers.clone());
+        config.membership = Membership::Group;
+        config.kafka.kafka_property.extend(self.properties(properties));
+        config
+    }
+
+    /// The projector binary on these brokers, as [`MockKafka::config`] sets it up.
+    pub fn spawn_process(&self, topics: &Topics, prefix: &str, group: &str, properties: &[(&str, &str)]) -> KillOnDrop {
+        let mut command = Command::new(runner::binary());
+        let args = runner::args(topics, prefix, group);
+        let brokers = args.iter().position(|a| a == "--brokers").expect("brokers argument");
+        command.args(&args[..brokers]).args(&args[brokers + 2..]).args(["--brokers", &self.brokers]);
+        command.args(["--membership", "group"]);
+        for (key, value) in self.properties(properties) {
+            command.args(["--kafka-property", &format!("{key}={value}")]);
+        }
+        KillOnDrop(command.stdout(Stdio::null()).spawn().expect("projector starts"))
+    }
+
+    fn properties(&self, extra: &[(&str, &str)]) -> Vec<(String, String)> {
+        let kip_848 = extra.iter().any(|(k, v)| *k == "group.protocol" && *v == "consumer");
+        let mut all: Vec<(String, String)> = Vec::new();
+        if !kip_848 {
+            all.push(("session.timeout.ms".into(), SESSION_TIMEOUT_MS.to_string()));
+            all.push(("heartbeat.interval.ms".into(), "500".into()));
+        }
+        all.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        all
+    }
+}

@@ -1,0 +1,238 @@
+//! The projector as a member of its Kafka consumer group (the default membership), on librdkafka's mock
+//! cluster, whose coordinator rebalances: instances join, leave and are SIGKILLed while events flow, and
+//! the read model ends identical to one run; what an operator's offset reset does.
+
+use std::time::{Duration, Instant};
+
+use end_to_end::kafka::{self, Topics, PARTITIONS};
+use end_to_end::mock_kafka::{MockKafka, SESSION_TIMEOUT_MS};
+use end_to_end::scenario::Scenario;
+use end_to_end::{eventually, metrics, read_model, redis, runner, unique};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::{Offset, TopicPartitionList};
+use shared::connection::Connection;
+use shared::{Keyspace, Topic};
+
+/// Every partition of the three event topics.
+const ALL_PARTITIONS: usize = 3 * PARTITIONS as usize;
+
+/// Waits until `count` live instances report partitions that add up to all of them, each holding some;
+/// returns how many each holds.
+async fn split_among(conn: &Connection, prefix: &str, count: usize, timeout: Duration) -> Vec<usize> {
+    let what = format!("{count} members to hold every partition between them");
+    eventually(timeout, &what, || async {
+        let held: Vec<usize> = runner::instances(conn, prefix).await.into_iter().map(|(_, n, _)| n).collect();
+        (held.len() == count && held.iter().sum::<usize>() == ALL_PARTITIONS && held.iter().all(|&n| n > 0))
+            .then_some(held)
+    })
+    .await
+}
+
+/// Runs a member of `config` until it consumed `total` messages, then stops it.
+async fn build(config: projector::Config, total: u64) {
+    let running = runner::spawn(config).await;
+    running.wait_until_consumed(total, Duration::from_secs(120)).await;
+    running.stop_within(STOP).await;
+}
+
+/// The read model of `topics` built by one member alone.
+async fn one_run(kafka: &MockKafka, topics: &Topics, total: u64) -> String {
+    let keys = Keyspace::new(unique("scratch"), 1);
+    let config = kafka.config(topics, keys.prefix(), &unique("g"), &[]);
+    build(config, total).await;
+    runner::digest(&keys).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn members_that_join_leave_and_are_sigkilled_share_the_partitions_the_group_assigns_and_end_identical_to_one_run()
+{
+    let kafka = MockKafka::start();
+    let topics = kafka.topics();
+    let producer = kafka::producer_on(kafka.client());
+    let scenario = Scenario::generate(0x5eed_0848, 4, 20, 8);
+    let total = scenario.messages.len();
+    let parts: Vec<&[_]> = scenario.messages.chunks(total.div_ceil(3)).collect();
+    kafka::publish(&producer, &topics, parts[0]).await;
+    let conn = redis().await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let keys = Keyspace::new(prefix.clone(), 1);
+
+    // A binary (to be SIGKILLed) and an instance in this process join; the group splits the partitions.
+    let mut doomed = kafka.spawn_process(&topics, &prefix, &group, &[]);
+    let leaving = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
+    split_among(&conn, &prefix, 2, Duration::from_secs(60)).await;
+
+    // A third joins while the second part arrives.
+    let publishing = {
+        let (producer, topics, part) = (producer.clone(), topics.clone(), parts[1].to_vec());
+        tokio::spawn(async move { kafka::publish(&producer, &topics, &part).await })
+    };
+    let survivor = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
+    split_among(&conn, &prefix, 3, Duration::from_secs(60)).await;
+    publishing.await.expect("published");
+
+    // One leaves cleanly and one dies by SIGKILL while the last part arrives.
+    let publishing = {
+        let (producer, topics, part) = (producer.clone(), topics.clone(), parts[2].to_vec());
+        tokio::spawn(async move { kafka::publish(&producer, &topics, &part).await })
+    };
+    leaving.stop_within(STOP).await;
+    doomed.sigkill();
+    let killed = Instant::now();
+    publishing.await.expect("published");
+    // The group takes the dead member's partitions back once its session is over, and gives them to the
+    // survivor: no partition is left unread for longer than that (plus a rebalance).
+    let stall = Duration::from_millis(u64::from(SESSION_TIMEOUT_MS)) + Duration::from_secs(10);
+    eventually(stall, "the survivor to hold every partition within the session timeout", || async {
+        let all = runner::instances(&conn, &prefix).await;
+        (all.len() == 1 && all[0].1 == ALL_PARTITIONS).then_some(())
+    })
+    .await;
+    println!("the survivor held every partition {:?} after the SIGKILL", killed.elapsed());
+    read_model::wait_until_applied_everything(&conn, &keys, &scenario, Duration::from_secs(120)).await;
+    survivor.wait_until_consumed(1, Duration::from_secs(1)).await;
+    let digest = runner::digest(&keys).await;
+    survivor.stop_within(STOP).await;
+    assert_eq!(digest, one_run(&kafka, &topics, total as u64).await, "identical to one member's run");
+}
+
+/// What the group has committed on each of `topics`' partitions, and each partition's end.
+fn committed_and_ends(kafka: &MockKafka, topics: &Topics, group: &str) -> Vec<(i64, i64)> {
+    let consumer: BaseConsumer = kafka.client().set("group.id", group).create().expect("consumer");
+    let committed =
+        consumer.committed_offsets(partitions(topics, Offset::Invalid), TIMEOUT).expect("committed offsets");
+    committed
+        .elements()
+        .iter()
+        .map(|e| {
+            let (_, end) = consumer.fetch_watermarks(e.topic(), e.partition(), TIMEOUT).expect("watermarks");
+            (e.offset().to_raw().unwrap_or(-1), end)
+        })
+        .collect()
+}
+
+/// Every partition of `topics` at `offset`.
+fn partitions(topics: &Topics, offset: Offset) -> TopicPartitionList {
+    let mut list = TopicPartitionList::new();
+    for topic in Topic::ALL {
+        for partition in 0..PARTITIONS {
+            list.add_partition_offset(topics.name(topic), partition, offset).expect("partition");
+        }
+    }
+    list
+}
+
+/// Commits every partition of `topics` for `group` at its earliest or its latest offset, as
+/// `kafka-consumer-groups --reset-offsets --to-earliest` (or `--to-latest`) does while the group is empty.
+/// The mock's coordinator takes commits from members only, so this joins the group to commit, and
+/// leaves.
+fn reset_offsets(kafka: &MockKafka, topics: &Topics, group: &str, latest: bool) {
+    let mut client = kafka.client();
+    client
+        .set("group.id", group)
+        .set("session.timeout.ms", "6000")
+        .set("partition.assignment.strategy", "cooperative-sticky");
+    let consumer: BaseConsumer = client.create().expect("consumer");
+    let names: Vec<&str> = Topic::ALL.iter().map(|t| topics.name(*t)).collect();
+    consumer.subscribe(&names).expect("subscribed");
+    let joined = Instant::now() + Duration::from_secs(30);
+    while consumer.assignment().expect("assignment").count() < ALL_PARTITIONS {
+        assert!(Instant::now() < joined, "the resetting consumer was given every partition");
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
+    let mut list = partitions(topics, Offset::Invalid);
+    for element in list.clone().elements() {
+        let (low, high) = consumer.fetch_watermarks(element.topic(), element.partition(), TIMEOUT).expect("watermarks");
+        let at = Offset::Offset(if latest { high } else { low });
+        list.set_partition_offset(element.topic(), element.partition(), at).expect("offset");
+    }
+    consumer.commit(&list, CommitMode::Sync).expect("offsets reset");
+    consumer.unsubscribe();
+    let left = Instant::now() + Duration::from_secs(30);
+    while consumer.assignment().expect("assignment").count() > 0 {
+        assert!(Instant::now() < left, "the resetting consumer left the group");
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
+}
+
+const TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a member may take to leave the group and stop.
+const STOP: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operators_offset_reset_neither_skips_nor_rereads_events_and_the_group_shows_the_true_positions() {
+    let kafka = MockKafka::start();
+    let topics = kafka.topics();
+    let producer = kafka::producer_on(kafka.client());
+    let scenario = Scenario::generate(0x5eed_0849, 3, 12, 6);
+    let total = scenario.messages.len();
+    let (first, second) = scenario.messages.split_at(total / 2);
+    kafka::publish(&producer, &topics, first).await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let keys = Keyspace::new(prefix.clone(), 1);
+    build(kafka.config(&topics, &prefix, &group, &[]), first.len() as u64).await;
+
+    // While the group is empty, events arrive and an operator resets its offsets past them.
+    kafka::publish(&producer, &topics, second).await;
+    reset_offsets(&kafka, &topics, &group, true);
+    let running = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
+    read_model::wait_until_applied_everything(&redis().await, &keys, &scenario, Duration::from_secs(60)).await;
+    assert_eq!(running.consumed(), second.len() as u64, "the reset skipped nothing and nothing was read twice");
+    running.stop_within(STOP).await;
+    let digest = runner::digest(&keys).await;
+
+    // Reset to the earliest offsets: nothing is read again, and the group's offsets go back to where the
+    // read model stands as soon as the partitions are taken.
+    reset_offsets(&kafka, &topics, &group, false);
+    assert!(committed_and_ends(&kafka, &topics, &group).iter().any(|(committed, end)| committed < end));
+    let running = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
+    eventually(Duration::from_secs(30), "the group's offsets back at the ends", || async {
+        committed_and_ends(&kafka, &topics, &group).iter().all(|(committed, end)| committed == end).then_some(())
+    })
+    .await;
+    assert_eq!(running.consumed(), 0, "nothing read again");
+    let losses =
+        |running: &runner::Running| metrics::sample(&running.metrics_text(), "projector_redis_losses_total", &[]);
+    assert_eq!(losses(&running), 0.0, "a reset is no loss");
+    running.stop_within(STOP).await;
+    assert_eq!(runner::digest(&keys).await, digest);
+    assert_eq!(digest, one_run(&kafka, &topics, total as u64).await);
+
+    // Offsets the projector committed still tell a Redis that lost the read model while none ran.
+    runner::delete_generation(&mut redis().await, &keys).await;
+    let running = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
+    assert_eq!(losses(&running), 1.0, "the start found the positions behind the projector's commits");
+    read_model::wait_until_applied_everything(&redis().await, &keys, &scenario, Duration::from_secs(60)).await;
+    running.wait_until_consumed(total as u64, Duration::from_secs(60)).await;
+    running.stop_within(STOP).await;
+    assert_eq!(runner::digest(&keys).await, digest);
+}
+
+/// KIP-848's protocol, where the broker offers it: the broker assigns, and the members ask for nothing
+/// but the topics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_kip_848s_protocol_two_members_share_the_partitions_and_one_takes_over_when_the_other_leaves() {
+    let kafka = MockKafka::start();
+    let topics = kafka.topics();
+    let producer = kafka::producer_on(kafka.client());
+    let scenario = Scenario::generate(0x5eed_0850, 3, 12, 6);
+    let (first, second) = scenario.messages.split_at(scenario.messages.len() / 2);
+    kafka::publish(&producer, &topics, first).await;
+    let conn = redis().await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let kip_848 = [("group.protocol", "consumer")];
+    let leaving = runner::spawn(kafka.config(&topics, &prefix, &group, &kip_848)).await;
+    let staying = runner::spawn(kafka.config(&topics, &prefix, &group, &kip_848)).await;
+    split_among(&conn, &prefix, 2, Duration::from_secs(60)).await;
+    leaving.stop_within(STOP).await;
+    kafka::publish(&producer, &topics, second).await;
+    eventually(Duration::from_secs(60), "the one left to hold every partition", || async {
+        let all = runner::instances(&conn, &prefix).await;
+        (all.len() == 1 && all[0].1 == ALL_PARTITIONS).then_some(())
+    })
+    .await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    read_model::wait_until_applied_everything(&conn, &keys, &scenario, Duration::from_secs(60)).await;
+    staying.stop_within(STOP).await;
+    assert_eq!(runner::digest(&keys).await, one_run(&kafka, &topics, scenario.messages.len() as u64).await);
+}
