@@ -197,14 +197,19 @@ impl Source {
         Ok(due)
     }
 
-    /// Commits, synchronously, every offset applied so far (async commits may still be in flight).
+    /// Commits, synchronously, every offset applied so far (async commits may still be in flight); a
+    /// group member's commits never wait.
     pub fn commit_applied(&self) {
         self.commit_offsets(self.applied.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
     }
 
     fn commit_offsets<'a>(&self, offsets: impl IntoIterator<Item = (&'a Partition, i64)>, mode: CommitMode) {
         // A member commits only what the group gave it: a partition it gave up is another's to commit.
+        // And never waits for a commit: one sent during a rebalance waits for the rebalance, which waits
+        // for this consumer's next poll, which would never come (the read model's positions, not the
+        // group's offsets, say where a member reads, and the close at shutdown sends what is in flight).
         let group = self.group_share();
+        let mode = if group.is_some() { CommitMode::Async } else { mode };
         let ours = offsets.into_iter().filter(|(p, _)| group.as_ref().is_none_or(|g| g.contains(*p)));
         let list = match offsets::commit_list(ours) {
             Ok(list) if list.count() > 0 => list,
@@ -246,12 +251,8 @@ impl Source {
             return Ok(false);
         }
         // Partitions handed to another instance by the Redis membership are committed before it reads
-        // them. Under the group the read model's positions decide where a partition is read from, and a
-        // commit waits out a rebalance in progress: it goes on in the background.
-        match self.group_share() {
-            None => self.commit_applied(),
-            Some(_) => self.commit_offsets(self.applied.iter().map(|(p, o)| (p, *o)), CommitMode::Async),
-        }
+        // them (under the group, commits never wait: see `commit_offsets`).
+        self.commit_applied();
         self.applied.retain(|partition, _| share.contains(partition));
         self.limit.retain(|partition| share.contains(partition));
         let new: Vec<Partition> = share.iter().filter(|p| !self.assigned.contains(*p)).cloned().collect();
