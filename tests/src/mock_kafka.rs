@@ -59,6 +59,11 @@ impl MockKafka {
         topics
     }
 
+    /// A topic of one partition, for a member of another subscription.
+    pub fn create_topic(&self, name: &str) {
+        self.cluster.create_topic(name, 1, 1).expect("topic created");
+    }
+
     /// A projector's settings on these brokers, a member of `group` with the given Kafka properties
     /// (a short session unless KIP-848's protocol is asked for, which has the broker's own).
     pub fn config(&self, topics: &Topics, prefix: &str, group: &str, properties: &[(&str, &str)]) -> Config {

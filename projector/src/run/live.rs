@@ -127,10 +127,10 @@ async fn take_share(
         None => members::share(id, members, projector.source.partitions()?),
     };
     let taken = share.len();
-    if share == *projector.source.assigned() {
+    let new = projector.source.to_place(&share);
+    if share == *projector.source.assigned() && new.is_empty() {
         return Ok(());
     }
-    let new: Vec<_> = share.difference(projector.source.assigned()).cloned().collect();
     let starts = position::read(conn, projector.store.keys(), &new).await?;
     if projector.source.assign(share, |p| starts.get(p).copied().flatten())? {
         tracing::info!(

@@ -38,6 +38,8 @@ pub struct Context {
     /// The partitions the consumer group assigned to this consumer, once it joined the group (`None`: it
     /// is no member, and assigns partitions itself).
     pub group: Mutex<Option<BTreeSet<Partition>>>,
+    /// The partitions the group assigned that wait, paused, to be placed at the read model's positions.
+    pub unplaced: Mutex<BTreeSet<Partition>>,
     auth: Auth,
 }
 
@@ -99,13 +101,21 @@ impl ConsumerContext for Context {
                     tracing::warn!(error = %e, "could not hold the partitions the group assigned");
                 }
                 let held = group.get_or_insert_default();
-                held.extend(list.elements().iter().map(|e| Partition::new(e.topic(), e.partition())));
+                let assigned: Vec<Partition> =
+                    list.elements().iter().map(|e| Partition::new(e.topic(), e.partition())).collect();
+                held.extend(assigned.iter().cloned());
+                // Placed by the live loop even when it read them before (an eager rebalance takes every
+                // partition away and gives them back paused).
+                self.unplaced.lock().expect("unplaced partitions").extend(assigned);
                 tracing::info!(partitions = list.count(), holding = held.len(), "partitions assigned by the group");
             }
             Rebalance::Revoke(list) => {
                 let held = group.get_or_insert_default();
+                let mut unplaced = self.unplaced.lock().expect("unplaced partitions");
                 for e in list.elements() {
-                    held.remove(&Partition::new(e.topic(), e.partition()));
+                    let partition = Partition::new(e.topic(), e.partition());
+                    unplaced.remove(&partition);
+                    held.remove(&partition);
                 }
                 tracing::info!(partitions = list.count(), holding = held.len(), "partitions revoked by the group");
             }
@@ -161,6 +171,7 @@ pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsu
         ends: Mutex::default(),
         fetched_to_end: Mutex::default(),
         group: Mutex::default(),
+        unplaced: Mutex::default(),
         auth: config.kafka_properties().auth(),
     };
     let consumer: LiveConsumer = live_settings(config).create_with_context(context)?;

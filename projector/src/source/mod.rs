@@ -2,6 +2,7 @@
 //! and its batches, which partitions it reads, the offsets it commits, how far behind it is, and the
 //! dead-letter topics. Offsets are only ever committed for messages already applied or set aside.
 
+mod assignment;
 mod auth;
 mod consumer;
 mod dead_letter;
@@ -18,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::Offset;
 use shared::Topic;
 use tokio::sync::watch;
 
@@ -132,19 +132,6 @@ impl Source {
         })
     }
 
-    /// Joins the consumer group: from now on its coordinator says which partitions this consumer may read
-    /// ([`Source::group_share`]), and each is read once [`Source::assign`] has placed it.
-    pub fn join(&mut self) -> Result<(), BrokerError> {
-        *self.consumer.context().group.lock().expect("group assignment") = Some(BTreeSet::new());
-        let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
-        Ok(self.consumer.subscribe(&topics)?)
-    }
-
-    /// The partitions the consumer group has assigned to this consumer; `None` when it joined none.
-    pub fn group_share(&self) -> Option<BTreeSet<Partition>> {
-        self.consumer.context().group.lock().expect("group assignment").clone()
-    }
-
     /// The next batch: waits at most `idle` for its first message. `None` when shut down meanwhile.
     pub async fn next_batch(&self, stopped: &mut watch::Receiver<bool>, idle: Duration) -> Option<Batch> {
         tokio::select! {
@@ -239,41 +226,6 @@ impl Source {
         Ok(&self.partitions.as_ref().expect("partitions read above").1)
     }
 
-    /// Reads `share`: a partition this consumer reads already goes on from where it is; a new one starts
-    /// at `start(partition)`, the position the read model holds (`None`: from the earliest offset).
-    /// False when the share is what this consumer reads already. What was applied is committed first.
-    pub fn assign(
-        &mut self,
-        share: BTreeSet<Partition>,
-        start: impl Fn(&Partition) -> Option<i64>,
-    ) -> Result<bool, BrokerError> {
-        if share == self.assigned {
-            return Ok(false);
-        }
-        // Partitions handed to another instance by the Redis membership are committed before it reads
-        // them (under the group, commits never wait: see `commit_offsets`).
-        self.commit_applied();
-        self.applied.retain(|partition, _| share.contains(partition));
-        self.limit.retain(|partition| share.contains(partition));
-        let new: Vec<Partition> = share.iter().filter(|p| !self.assigned.contains(*p)).cloned().collect();
-        let mut starts = Vec::new();
-        for partition in new {
-            match start(&partition) {
-                Some(offset) => {
-                    starts.push((partition.clone(), offset));
-                    self.applied.insert(partition, offset)
-                }
-                None => self.applied.remove(&partition),
-            };
-        }
-        self.assigned = share;
-        self.reposition()?;
-        // The group's offsets say where each partition is read from, whatever was committed before (an
-        // operator's reset): lag exporters and `kafka-consumer-groups --describe` show the truth at once.
-        self.commit_offsets(starts.iter().map(|(p, o)| (p, *o)), CommitMode::Async);
-        Ok(true)
-    }
-
     /// Reads `partitions` again from the given offsets (`None`: the earliest), the others going on from
     /// where they are. Messages already taken from the broker and not applied are dropped. The group's
     /// committed offsets go back with them: what Redis lost is not applied, and no reckoning of how far
@@ -324,34 +276,6 @@ impl Source {
     /// Drops the messages taken from the broker and not applied: they are read again.
     pub fn drop_fetched(&mut self) -> Result<(), BrokerError> {
         self.reposition()
-    }
-
-    /// Assigns every partition of the share at its position in `applied`, or at its earliest offset;
-    /// but a partition halted by the dead-letter limit and waiting, which is not read.
-    fn reposition(&mut self) -> Result<(), BrokerError> {
-        let at = |p: &Partition| self.applied.get(p).map_or(Offset::Beginning, |o| Offset::Offset(*o));
-        let Some(group) = self.group_share() else {
-            let read = self.assigned.iter().filter(|p| !self.limit.is_waiting(p));
-            self.consumer.assign(&offsets::partition_list(read.map(|p| (p, at(p))))?)?;
-            return Ok(());
-        };
-        // A group member keeps the partitions the group gave it, and moves them: each is held, placed
-        // where it stands (a seek drops what was fetched of it before), and read again unless it waits.
-        let held: Vec<&Partition> = self.assigned.iter().filter(|p| group.contains(*p)).collect();
-        if held.is_empty() {
-            return Ok(());
-        }
-        let all = offsets::partition_list(held.iter().map(|p| (*p, Offset::Invalid)))?;
-        self.consumer.pause(&all)?;
-        let placed = offsets::partition_list(held.iter().map(|p| (*p, at(p))))?;
-        let placed = tokio::task::block_in_place(|| self.consumer.seek_partitions(placed, offsets::BROKER_TIMEOUT))?;
-        if let Some(e) = placed.elements().iter().find_map(|e| e.error().err()) {
-            return Err(BrokerError(e));
-        }
-        let read =
-            offsets::partition_list(held.iter().filter(|p| !self.limit.is_waiting(p)).map(|p| (*p, Offset::Invalid)))?;
-        self.consumer.resume(&read)?;
-        Ok(())
     }
 
     /// Where each assigned partition stands: one past the last message applied, or where reading started

@@ -236,3 +236,40 @@ async fn under_kip_848s_protocol_two_members_share_the_partitions_and_one_takes_
     staying.stop_within(STOP).await;
     assert_eq!(runner::digest(&keys).await, one_run(&kafka, &topics, scenario.messages.len() as u64).await);
 }
+
+/// An eager assignor (the operator's `range`) takes every partition away at each rebalance and gives
+/// them back: a member given back exactly what it read still places them and reads on. Here another
+/// member of the group, subscribed to a topic of its own, makes the rebalance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_an_eager_assignor_a_member_given_back_the_same_partitions_reads_on() {
+    let kafka = MockKafka::start();
+    let topics = kafka.topics();
+    let producer = kafka::producer_on(kafka.client());
+    let scenario = Scenario::generate(0x5eed_0851, 3, 12, 6);
+    let (first, second) = scenario.messages.split_at(scenario.messages.len() / 2);
+    kafka::publish(&producer, &topics, first).await;
+    let conn = redis().await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let range = [("partition.assignment.strategy", "range")];
+    let member = runner::spawn(kafka.config(&topics, &prefix, &group, &range)).await;
+    split_among(&conn, &prefix, 1, Duration::from_secs(60)).await;
+    member.wait_until_consumed(first.len() as u64, Duration::from_secs(60)).await;
+
+    let other = unique("other-topic");
+    kafka.create_topic(&other);
+    let mut client = kafka.client();
+    client.set("group.id", &group).set("partition.assignment.strategy", "range").set("session.timeout.ms", "6000");
+    let rebalancer: BaseConsumer = client.create().expect("consumer");
+    rebalancer.subscribe(&[&other]).expect("subscribed");
+    let joined = Instant::now() + Duration::from_secs(30);
+    while rebalancer.assignment().expect("assignment").count() == 0 {
+        assert!(Instant::now() < joined, "the other member was given its topic");
+        let _ = rebalancer.poll(Duration::from_millis(100));
+    }
+
+    kafka::publish(&producer, &topics, second).await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    read_model::wait_until_applied_everything(&conn, &keys, &scenario, Duration::from_secs(30)).await;
+    rebalancer.unsubscribe();
+    member.stop_within(STOP).await;
+}
