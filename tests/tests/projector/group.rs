@@ -4,11 +4,13 @@
 
 use std::time::{Duration, Instant};
 
+use end_to_end::events::Outgoing;
 use end_to_end::kafka::{self, Topics, PARTITIONS};
 use end_to_end::mock_kafka::{MockKafka, SESSION_TIMEOUT_MS};
 use end_to_end::scenario::Scenario;
 use end_to_end::{eventually, metrics, read_model, redis, runner, unique};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::producer::FutureProducer;
 use rdkafka::{Offset, TopicPartitionList};
 use shared::connection::Connection;
 use shared::{Keyspace, Topic};
@@ -41,6 +43,51 @@ async fn one_run(kafka: &MockKafka, topics: &Topics, total: u64) -> String {
     let config = kafka.config(topics, keys.prefix(), &unique("g"), &[]);
     build(config, total).await;
     runner::digest(&keys).await
+}
+
+/// A mock cluster with fresh topics holding the first half of a generated scenario, and a read model
+/// and a group of the test's own.
+struct HalfPublished {
+    kafka: MockKafka,
+    topics: Topics,
+    producer: FutureProducer,
+    scenario: Scenario,
+    conn: Connection,
+    prefix: String,
+    group: String,
+}
+
+impl HalfPublished {
+    async fn start(seed: u64) -> Self {
+        let kafka = MockKafka::start();
+        let topics = kafka.topics();
+        let producer = kafka::producer_on(kafka.client());
+        let scenario = Scenario::generate(seed, 3, 12, 6);
+        kafka::publish(&producer, &topics, Self::halves(&scenario).0).await;
+        let (conn, prefix, group) = (redis().await, unique("rm"), unique("g"));
+        Self { kafka, topics, producer, scenario, conn, prefix, group }
+    }
+
+    fn halves(scenario: &Scenario) -> (&[Outgoing], &[Outgoing]) {
+        scenario.messages.split_at(scenario.messages.len() / 2)
+    }
+
+    fn first(&self) -> &[Outgoing] {
+        Self::halves(&self.scenario).0
+    }
+
+    async fn publish_second(&self) {
+        kafka::publish(&self.producer, &self.topics, Self::halves(&self.scenario).1).await;
+    }
+
+    /// A member's settings, with the given Kafka properties.
+    fn config(&self, properties: &[(&str, &str)]) -> projector::Config {
+        self.kafka.config(&self.topics, &self.prefix, &self.group, properties)
+    }
+
+    fn keys(&self) -> Keyspace {
+        Keyspace::new(self.prefix.clone(), 1)
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -161,33 +208,28 @@ const STOP: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operators_offset_reset_neither_skips_nor_rereads_events_and_the_group_shows_the_true_positions() {
-    let kafka = MockKafka::start();
-    let topics = kafka.topics();
-    let producer = kafka::producer_on(kafka.client());
-    let scenario = Scenario::generate(0x5eed_0849, 3, 12, 6);
-    let total = scenario.messages.len();
-    let (first, second) = scenario.messages.split_at(total / 2);
-    kafka::publish(&producer, &topics, first).await;
-    let (prefix, group) = (unique("rm"), unique("g"));
-    let keys = Keyspace::new(prefix.clone(), 1);
-    build(kafka.config(&topics, &prefix, &group, &[]), first.len() as u64).await;
+    let world = HalfPublished::start(0x5eed_0849).await;
+    let (kafka, topics, group, keys) = (&world.kafka, &world.topics, world.group.as_str(), world.keys());
+    let total = world.scenario.messages.len() as u64;
+    build(world.config(&[]), world.first().len() as u64).await;
 
     // While the group is empty, events arrive and an operator resets its offsets past them.
-    kafka::publish(&producer, &topics, second).await;
-    reset_offsets(&kafka, &topics, &group, true);
-    let running = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
-    read_model::wait_until_applied_everything(&redis().await, &keys, &scenario, Duration::from_secs(60)).await;
-    assert_eq!(running.consumed(), second.len() as u64, "the reset skipped nothing and nothing was read twice");
+    world.publish_second().await;
+    reset_offsets(kafka, topics, group, true);
+    let running = runner::spawn(world.config(&[])).await;
+    read_model::wait_until_applied_everything(&world.conn, &keys, &world.scenario, Duration::from_secs(60)).await;
+    let second = total - world.first().len() as u64;
+    assert_eq!(running.consumed(), second, "the reset skipped nothing and nothing was read twice");
     running.stop_within(STOP).await;
     let digest = runner::digest(&keys).await;
 
     // Reset to the earliest offsets: nothing is read again, and the group's offsets go back to where the
     // read model stands as soon as the partitions are taken.
-    reset_offsets(&kafka, &topics, &group, false);
-    assert!(committed_and_ends(&kafka, &topics, &group).iter().any(|(committed, end)| committed < end));
-    let running = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
+    reset_offsets(kafka, topics, group, false);
+    assert!(committed_and_ends(kafka, topics, group).iter().any(|(committed, end)| committed < end));
+    let running = runner::spawn(world.config(&[])).await;
     eventually(Duration::from_secs(30), "the group's offsets back at the ends", || async {
-        committed_and_ends(&kafka, &topics, &group).iter().all(|(committed, end)| committed == end).then_some(())
+        committed_and_ends(kafka, topics, group).iter().all(|(committed, end)| committed == end).then_some(())
     })
     .await;
     assert_eq!(running.consumed(), 0, "nothing read again");
@@ -196,14 +238,14 @@ async fn an_operators_offset_reset_neither_skips_nor_rereads_events_and_the_grou
     assert_eq!(losses(&running), 0.0, "a reset is no loss");
     running.stop_within(STOP).await;
     assert_eq!(runner::digest(&keys).await, digest);
-    assert_eq!(digest, one_run(&kafka, &topics, total as u64).await);
+    assert_eq!(digest, one_run(kafka, topics, total).await);
 
     // Offsets the projector committed still tell a Redis that lost the read model while none ran.
     runner::delete_generation(&mut redis().await, &keys).await;
-    let running = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
+    let running = runner::spawn(world.config(&[])).await;
     assert_eq!(losses(&running), 1.0, "the start found the positions behind the projector's commits");
-    read_model::wait_until_applied_everything(&redis().await, &keys, &scenario, Duration::from_secs(60)).await;
-    running.wait_until_consumed(total as u64, Duration::from_secs(60)).await;
+    read_model::wait_until_applied_everything(&world.conn, &keys, &world.scenario, Duration::from_secs(60)).await;
+    running.wait_until_consumed(total, Duration::from_secs(60)).await;
     running.stop_within(STOP).await;
     assert_eq!(runner::digest(&keys).await, digest);
 }
@@ -212,29 +254,23 @@ async fn an_operators_offset_reset_neither_skips_nor_rereads_events_and_the_grou
 /// but the topics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_kip_848s_protocol_two_members_share_the_partitions_and_one_takes_over_when_the_other_leaves() {
-    let kafka = MockKafka::start();
-    let topics = kafka.topics();
-    let producer = kafka::producer_on(kafka.client());
-    let scenario = Scenario::generate(0x5eed_0850, 3, 12, 6);
-    let (first, second) = scenario.messages.split_at(scenario.messages.len() / 2);
-    kafka::publish(&producer, &topics, first).await;
-    let conn = redis().await;
-    let (prefix, group) = (unique("rm"), unique("g"));
+    let world = HalfPublished::start(0x5eed_0850).await;
     let kip_848 = [("group.protocol", "consumer")];
-    let leaving = runner::spawn(kafka.config(&topics, &prefix, &group, &kip_848)).await;
-    let staying = runner::spawn(kafka.config(&topics, &prefix, &group, &kip_848)).await;
-    split_among(&conn, &prefix, 2, Duration::from_secs(60)).await;
+    let leaving = runner::spawn(world.config(&kip_848)).await;
+    let staying = runner::spawn(world.config(&kip_848)).await;
+    split_among(&world.conn, &world.prefix, 2, Duration::from_secs(60)).await;
     leaving.stop_within(STOP).await;
-    kafka::publish(&producer, &topics, second).await;
+    world.publish_second().await;
     eventually(Duration::from_secs(60), "the one left to hold every partition", || async {
-        let all = runner::instances(&conn, &prefix).await;
+        let all = runner::instances(&world.conn, &world.prefix).await;
         (all.len() == 1 && all[0].1 == ALL_PARTITIONS).then_some(())
     })
     .await;
-    let keys = Keyspace::new(prefix.clone(), 1);
-    read_model::wait_until_applied_everything(&conn, &keys, &scenario, Duration::from_secs(60)).await;
+    read_model::wait_until_applied_everything(&world.conn, &world.keys(), &world.scenario, Duration::from_secs(60))
+        .await;
     staying.stop_within(STOP).await;
-    assert_eq!(runner::digest(&keys).await, one_run(&kafka, &topics, scenario.messages.len() as u64).await);
+    let total = world.scenario.messages.len() as u64;
+    assert_eq!(runner::digest(&world.keys()).await, one_run(&world.kafka, &world.topics, total).await);
 }
 
 /// An eager assignor (the operator's `range`) takes every partition away at each rebalance and gives
@@ -242,23 +278,19 @@ async fn under_kip_848s_protocol_two_members_share_the_partitions_and_one_takes_
 /// member of the group, subscribed to a topic of its own, makes the rebalance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_an_eager_assignor_a_member_given_back_the_same_partitions_reads_on() {
-    let kafka = MockKafka::start();
-    let topics = kafka.topics();
-    let producer = kafka::producer_on(kafka.client());
-    let scenario = Scenario::generate(0x5eed_0851, 3, 12, 6);
-    let (first, second) = scenario.messages.split_at(scenario.messages.len() / 2);
-    kafka::publish(&producer, &topics, first).await;
-    let conn = redis().await;
-    let (prefix, group) = (unique("rm"), unique("g"));
+    let world = HalfPublished::start(0x5eed_0851).await;
     let range = [("partition.assignment.strategy", "range")];
-    let member = runner::spawn(kafka.config(&topics, &prefix, &group, &range)).await;
-    split_among(&conn, &prefix, 1, Duration::from_secs(60)).await;
-    member.wait_until_consumed(first.len() as u64, Duration::from_secs(60)).await;
+    let member = runner::spawn(world.config(&range)).await;
+    split_among(&world.conn, &world.prefix, 1, Duration::from_secs(60)).await;
+    member.wait_until_consumed(world.first().len() as u64, Duration::from_secs(60)).await;
 
     let other = unique("other-topic");
-    kafka.create_topic(&other);
-    let mut client = kafka.client();
-    client.set("group.id", &group).set("partition.assignment.strategy", "range").set("session.timeout.ms", "6000");
+    world.kafka.create_topic(&other);
+    let mut client = world.kafka.client();
+    client
+        .set("group.id", &world.group)
+        .set("partition.assignment.strategy", "range")
+        .set("session.timeout.ms", "6000");
     let rebalancer: BaseConsumer = client.create().expect("consumer");
     rebalancer.subscribe(&[&other]).expect("subscribed");
     let joined = Instant::now() + Duration::from_secs(30);
@@ -267,9 +299,9 @@ async fn under_an_eager_assignor_a_member_given_back_the_same_partitions_reads_o
         let _ = rebalancer.poll(Duration::from_millis(100));
     }
 
-    kafka::publish(&producer, &topics, second).await;
-    let keys = Keyspace::new(prefix.clone(), 1);
-    read_model::wait_until_applied_everything(&conn, &keys, &scenario, Duration::from_secs(30)).await;
+    world.publish_second().await;
+    read_model::wait_until_applied_everything(&world.conn, &world.keys(), &world.scenario, Duration::from_secs(30))
+        .await;
     rebalancer.unsubscribe();
     member.stop_within(STOP).await;
 }
