@@ -183,14 +183,28 @@ pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsu
 /// The live consumer's settings: as every client's, with statistics, and the cooperative-sticky
 /// assignor unless the operator chose another or KIP-848's protocol (whose assignor is the broker's).
 /// Cooperative: a rebalance moves only the partitions that change hands, the others are read on.
+/// Its `client.id` is the instance's host name (`HOSTNAME`: the pod's name in Kubernetes, the container's
+/// in compose), or `projector`, unless the operator set one: `kafka-consumer-groups --describe` shows it
+/// beside each member's partitions.
 fn live_settings(config: &Config) -> ClientConfig {
     let mut settings = settings(config, &config.group_id);
     settings.set("statistics.interval.ms", "1000");
+    if settings.get("client.id").is_none() {
+        settings.set("client.id", client_id(std::env::var("HOSTNAME").ok().as_deref()));
+    }
     let consumer_protocol = settings.get("group.protocol").is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
     if settings.get("partition.assignment.strategy").is_none() && !consumer_protocol {
         settings.set("partition.assignment.strategy", "cooperative-sticky");
     }
     settings
+}
+
+/// The live consumer's `client.id` on host `host`.
+fn client_id(host: Option<&str>) -> String {
+    match host.map(str::trim).filter(|h| !h.is_empty()) {
+        Some(host) => host.to_string(),
+        None => "projector".into(),
+    }
 }
 
 /// A consumer for reading offsets and watermarks of `group`, or for reading a topic by itself; it joins
@@ -358,5 +372,15 @@ mod tests {
         let range = [("KAFKA_PROPERTY_PARTITION_ASSIGNMENT_STRATEGY", "range")];
         assert_eq!(strategy(&range).as_deref(), Some("range"), "the operator's");
         assert_eq!(strategy(&[("KAFKA_PROPERTY_GROUP_PROTOCOL", "consumer")]), None, "the broker assigns");
+    }
+
+    #[test]
+    fn the_live_consumer_names_its_instance_unless_the_operator_named_it() {
+        assert_eq!(client_id(Some("projector-7d9f-x2")), "projector-7d9f-x2");
+        assert_eq!(client_id(Some(" ")), "projector");
+        assert_eq!(client_id(None), "projector");
+        let id = |env: &[(&str, &str)]| live_settings(&configured(env)).get("client.id").map(str::to_string);
+        assert!(id(&[]).is_some_and(|id| !id.is_empty()));
+        assert_eq!(id(&[("KAFKA_PROPERTY_CLIENT_ID", "mine")]).as_deref(), Some("mine"), "the operator's");
     }
 }
