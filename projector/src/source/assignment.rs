@@ -13,21 +13,21 @@ impl Source {
     /// Joins the consumer group: from now on its coordinator says which partitions this consumer may read
     /// ([`Source::group_share`]), and each is read once [`Source::assign`] has placed it.
     pub fn join(&mut self) -> Result<(), BrokerError> {
-        *self.consumer.context().group.lock().expect("group assignment") = Some(BTreeSet::new());
+        *self.consumer().context().group.lock().expect("group assignment") = Some(BTreeSet::new());
         let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
-        Ok(self.consumer.subscribe(&topics)?)
+        Ok(self.consumer().subscribe(&topics)?)
     }
 
     /// The partitions the consumer group has assigned to this consumer; `None` when it joined none.
     pub fn group_share(&self) -> Option<BTreeSet<Partition>> {
-        self.consumer.context().group.lock().expect("group assignment").clone()
+        self.consumer().context().group.lock().expect("group assignment").clone()
     }
 
     /// The partitions of `share` that [`Source::assign`] places at the read model's positions: those
     /// this consumer does not read yet, and those the group assigned (again) since they were last placed,
     /// which wait paused.
     pub fn to_place(&self, share: &BTreeSet<Partition>) -> Vec<Partition> {
-        let unplaced = self.consumer.context().unplaced.lock().expect("unplaced partitions").clone();
+        let unplaced = self.consumer().context().unplaced.lock().expect("unplaced partitions").clone();
         share.iter().filter(|p| !self.assigned.contains(*p) || unplaced.contains(*p)).cloned().collect()
     }
 
@@ -64,7 +64,7 @@ impl Source {
             self.assigned.clear();
             return Err(e);
         }
-        let mut unplaced = self.consumer.context().unplaced.lock().expect("unplaced partitions");
+        let mut unplaced = self.consumer().context().unplaced.lock().expect("unplaced partitions");
         for partition in &new {
             unplaced.remove(partition);
         }
@@ -81,7 +81,7 @@ impl Source {
         let at = |p: &Partition| self.applied.get(p).map_or(Offset::Beginning, |o| Offset::Offset(*o));
         let Some(group) = self.group_share() else {
             let read = self.assigned.iter().filter(|p| !self.limit.is_waiting(p));
-            self.consumer.assign(&offsets::partition_list(read.map(|p| (p, at(p))))?)?;
+            self.consumer().assign(&offsets::partition_list(read.map(|p| (p, at(p))))?)?;
             return Ok(());
         };
         // A group member keeps the partitions the group gave it, and moves them: each is held, placed
@@ -91,15 +91,15 @@ impl Source {
             return Ok(());
         }
         let all = offsets::partition_list(held.iter().map(|p| (*p, Offset::Invalid)))?;
-        self.consumer.pause(&all)?;
+        self.consumer().pause(&all)?;
         let placed = offsets::partition_list(held.iter().map(|p| (*p, at(p))))?;
-        let placed = tokio::task::block_in_place(|| self.consumer.seek_partitions(placed, offsets::BROKER_TIMEOUT))?;
+        let placed = tokio::task::block_in_place(|| self.consumer().seek_partitions(placed, offsets::BROKER_TIMEOUT))?;
         if let Some(e) = placed.elements().iter().find_map(|e| e.error().err()) {
             return Err(BrokerError(e));
         }
         let read =
             offsets::partition_list(held.iter().filter(|p| !self.limit.is_waiting(p)).map(|p| (*p, Offset::Invalid)))?;
-        self.consumer.resume(&read)?;
+        self.consumer().resume(&read)?;
         Ok(())
     }
 }

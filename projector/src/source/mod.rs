@@ -88,7 +88,8 @@ const PARTITIONS_TTL: Duration = Duration::from_secs(30);
 
 /// One projector's reader of the three topics and writer of their dead-letter topics.
 pub struct Source {
-    consumer: consumer::LiveConsumer,
+    /// Taken only when the source is dropped (see its `Drop`).
+    consumer: Option<consumer::LiveConsumer>,
     producer: consumer::Producer,
     /// The configured names of the three topics, in the order of [`Topic::ALL`].
     topics: [String; 3],
@@ -116,10 +117,40 @@ impl DeadLetterWriter<'_> {
     }
 }
 
+/// How long a dropped group member's consumer may take to leave the group.
+const CLOSE_WITHIN: Duration = Duration::from_secs(10);
+
+impl Drop for Source {
+    /// A group member's consumer leaves the group when dropped: librdkafka revokes its partitions and
+    /// waits, polling, until the close is done, with no limit. Seen once with the mock coordinator, that
+    /// close never ended, and a stopping projector with it. It is closed on a thread of its own, waited
+    /// for up to [`CLOSE_WITHIN`], and otherwise left to end with the process.
+    fn drop(&mut self) {
+        let member = self.consumer.is_some() && self.group_share().is_some();
+        let Some(consumer) = self.consumer.take() else { return };
+        if !member {
+            return drop(consumer);
+        }
+        let (closed, done) = std::sync::mpsc::channel();
+        let closing = std::thread::Builder::new().name("consumer close".into()).spawn(move || {
+            drop(consumer);
+            let _ = closed.send(());
+        });
+        if closing.is_ok() && done.recv_timeout(CLOSE_WITHIN).is_err() {
+            tracing::warn!(within = ?CLOSE_WITHIN, "the Kafka consumer did not leave its group in time; its session ends it");
+        }
+    }
+}
+
 impl Source {
+    /// The live consumer (there until the source is dropped).
+    fn consumer(&self) -> &consumer::LiveConsumer {
+        self.consumer.as_ref().expect("the consumer until dropped")
+    }
+
     pub fn connect(config: &Config, metrics: Arc<Metrics>) -> Result<Self, BrokerError> {
         Ok(Self {
-            consumer: consumer::consumer(config, metrics)?,
+            consumer: Some(consumer::consumer(config, metrics)?),
             producer: consumer::producer(config)?,
             topics: Topic::ALL.map(|t| config.topic_name(t).to_string()),
             batch_size: config.batch_size as usize,
@@ -136,7 +167,7 @@ impl Source {
     pub async fn next_batch(&self, stopped: &mut watch::Receiver<bool>, idle: Duration) -> Option<Batch> {
         tokio::select! {
             _ = stopped.wait_for(|stop| *stop) => None,
-            batch = consumer::next_batch(&self.consumer, &self.topics, self.batch_size, self.linger, idle) => Some(batch),
+            batch = consumer::next_batch(self.consumer(), &self.topics, self.batch_size, self.linger, idle) => Some(batch),
         }
     }
 
@@ -203,7 +234,7 @@ impl Source {
             Ok(_) => return,
             Err(e) => return tracing::warn!(error = %e, "offsets to commit are not valid"),
         };
-        if let Err(e) = self.consumer.commit(&list, mode) {
+        if let Err(e) = self.consumer().commit(&list, mode) {
             tracing::warn!(error = %e, "offset commit failed; the batch will be applied again after a restart");
         }
     }
@@ -218,7 +249,7 @@ impl Source {
         if self.partitions.as_ref().is_none_or(|(read, _)| read.elapsed() >= PARTITIONS_TTL) {
             let mut all = Vec::new();
             for topic in &self.topics {
-                let ids = tokio::task::block_in_place(|| offsets::partitions(&self.consumer, topic))?;
+                let ids = tokio::task::block_in_place(|| offsets::partitions(self.consumer(), topic))?;
                 all.extend(ids.into_iter().map(|id| Partition::new(topic, id)));
             }
             self.partitions = Some((Instant::now(), all));
@@ -254,11 +285,11 @@ impl Source {
         if !self.undelivered.due() {
             return Ok(Vec::new());
         }
-        let ends = self.consumer.context().ends.lock().expect("partition ends").clone();
+        let ends = self.consumer().context().ends.lock().expect("partition ends").clone();
         // Only partitions the live consumer has fetched to their end, its queue of them empty: one still
         // being fetched (a replay behind a slow broker) has its messages coming, and reading it again
         // beside the live consumer would only load the broker twice.
-        let drained = self.consumer.context().fetched_to_end.lock().expect("fetched to the end").clone();
+        let drained = self.consumer().context().fetched_to_end.lock().expect("fetched to the end").clone();
         let standing: Vec<(Partition, i64, i64)> = self
             .assigned
             .iter()
@@ -296,7 +327,7 @@ impl Source {
 
     /// The low and high watermarks of each of `partitions`, asked of the broker all at once.
     fn watermarks(&self, partitions: &[Partition]) -> Result<Vec<(i64, i64)>, BrokerError> {
-        let ask = |p: &Partition| self.consumer.fetch_watermarks(&p.topic, p.partition, offsets::BROKER_TIMEOUT);
+        let ask = |p: &Partition| self.consumer().fetch_watermarks(&p.topic, p.partition, offsets::BROKER_TIMEOUT);
         tokio::task::block_in_place(|| {
             std::thread::scope(|scope| {
                 let asked: Vec<_> = partitions.iter().map(|p| scope.spawn(move || ask(p))).collect();
@@ -307,13 +338,13 @@ impl Source {
 
     /// How many partitions this consumer reads now.
     pub fn assigned_partitions(&self) -> usize {
-        self.consumer.assignment().map(|list| list.count()).unwrap_or(0)
+        self.consumer().assignment().map(|list| list.count()).unwrap_or(0)
     }
 
     /// Messages behind the end of every assigned partition, asked of the broker (a round trip per
     /// partition). `None` while nothing is assigned or a watermark is unknown.
     pub fn exact_lag(&self) -> Option<i64> {
-        tokio::task::block_in_place(|| offsets::exact_lag(&self.consumer, &self.applied))
+        tokio::task::block_in_place(|| offsets::exact_lag(self.consumer(), &self.applied))
     }
 
     /// What this projector's own group has committed, per partition.
@@ -329,7 +360,7 @@ impl Source {
 
     fn progress(&self) -> Result<Vec<Progress>, BrokerError> {
         let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
-        Ok(tokio::task::block_in_place(|| offsets::progress(&self.consumer, &topics))?)
+        Ok(tokio::task::block_in_place(|| offsets::progress(self.consumer(), &topics))?)
     }
 }
 
