@@ -120,12 +120,10 @@ async fn take_share(
     id: &str,
     members: &[String],
 ) -> Result<(), Error> {
+    let group = projector.source.group_share();
     let all = projector.source.partitions()?;
     let count = all.len();
-    let share = match projector.source.group_share() {
-        Some(share) => share,
-        None => members::share(id, members, projector.source.partitions()?),
-    };
+    let share = group.unwrap_or_else(|| members::share(id, members, all));
     let taken = share.len();
     let new = projector.source.to_place(&share);
     if share == *projector.source.assigned() && new.is_empty() {

@@ -7,28 +7,30 @@ use std::collections::BTreeSet;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::Offset;
 
+use super::consumer::GroupShare;
 use super::{offsets, BrokerError, Partition, Source};
 
 impl Source {
     /// Joins the consumer group: from now on its coordinator says which partitions this consumer may read
     /// ([`Source::group_share`]), and each is read once [`Source::assign`] has placed it.
     pub fn join(&mut self) -> Result<(), BrokerError> {
-        *self.consumer().context().group.lock().expect("group assignment") = Some(BTreeSet::new());
+        *self.consumer().context().group.lock().expect("group assignment") = Some(GroupShare::default());
         let topics: Vec<&str> = self.topics.iter().map(String::as_str).collect();
         Ok(self.consumer().subscribe(&topics)?)
     }
 
     /// The partitions the consumer group has assigned to this consumer; `None` when it joined none.
     pub fn group_share(&self) -> Option<BTreeSet<Partition>> {
-        self.consumer().context().group.lock().expect("group assignment").clone()
+        self.consumer().context().group.lock().expect("group assignment").as_ref().map(|g| g.held.clone())
     }
 
     /// The partitions of `share` that [`Source::assign`] places at the read model's positions: those
     /// this consumer does not read yet, and those the group assigned (again) since they were last placed,
     /// which wait paused.
     pub fn to_place(&self, share: &BTreeSet<Partition>) -> Vec<Partition> {
-        let unplaced = self.consumer().context().unplaced.lock().expect("unplaced partitions").clone();
-        share.iter().filter(|p| !self.assigned.contains(*p) || unplaced.contains(*p)).cloned().collect()
+        let group = self.consumer().context().group.lock().expect("group assignment");
+        let unplaced = |p: &Partition| group.as_ref().is_some_and(|g| g.unplaced.contains(p));
+        share.iter().filter(|p| !self.assigned.contains(*p) || unplaced(p)).cloned().collect()
     }
 
     /// Reads `share`: a partition this consumer reads already goes on from where it is; one to place
@@ -64,11 +66,11 @@ impl Source {
             self.assigned.clear();
             return Err(e);
         }
-        let mut unplaced = self.consumer().context().unplaced.lock().expect("unplaced partitions");
-        for partition in &new {
-            unplaced.remove(partition);
+        if let Some(group) = self.consumer().context().group.lock().expect("group assignment").as_mut() {
+            for partition in &new {
+                group.unplaced.remove(partition);
+            }
         }
-        drop(unplaced);
         // The group's offsets say where each partition is read from, whatever was committed before (an
         // operator's reset): lag exporters and `kafka-consumer-groups --describe` show the truth at once.
         self.commit_offsets(starts.iter().map(|(p, o)| (p, *o)), CommitMode::Async);

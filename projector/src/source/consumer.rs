@@ -35,11 +35,9 @@ pub struct Context {
     /// with nothing of it left in its queue (then a partition applied short of its end has nothing more to
     /// deliver there: see `undelivered`).
     pub fetched_to_end: Mutex<HashMap<Partition, bool>>,
-    /// The partitions the consumer group assigned to this consumer, once it joined the group (`None`: it
-    /// is no member, and assigns partitions itself).
-    pub group: Mutex<Option<BTreeSet<Partition>>>,
-    /// The partitions the group assigned that wait, paused, to be placed at the read model's positions.
-    pub unplaced: Mutex<BTreeSet<Partition>>,
+    /// What the consumer group gave this consumer, once it joined the group (`None`: it is no member,
+    /// and assigns partitions itself).
+    pub group: Mutex<Option<GroupShare>>,
     auth: Auth,
 }
 
@@ -89,6 +87,15 @@ impl ClientContext for Context {
     }
 }
 
+/// The partitions the consumer group assigned to a member.
+#[derive(Debug, Default)]
+pub struct GroupShare {
+    pub held: BTreeSet<Partition>,
+    /// Those of `held` that wait, paused, to be placed at the read model's positions: assigned since the
+    /// live loop last placed them (an eager rebalance takes every partition away and gives them back).
+    pub unplaced: BTreeSet<Partition>,
+}
+
 impl ConsumerContext for Context {
     /// Runs inside a poll, after librdkafka took or gave up the partitions. A partition the group assigns
     /// is paused at once: it is read only once the live loop has moved it to the position the read model
@@ -100,24 +107,23 @@ impl ConsumerContext for Context {
                 if let Err(e) = consumer.pause(list) {
                     tracing::warn!(error = %e, "could not hold the partitions the group assigned");
                 }
-                let held = group.get_or_insert_default();
-                let assigned: Vec<Partition> =
-                    list.elements().iter().map(|e| Partition::new(e.topic(), e.partition())).collect();
-                held.extend(assigned.iter().cloned());
-                // Placed by the live loop even when it read them before (an eager rebalance takes every
-                // partition away and gives them back paused).
-                self.unplaced.lock().expect("unplaced partitions").extend(assigned);
-                tracing::info!(partitions = list.count(), holding = held.len(), "partitions assigned by the group");
+                let share = group.get_or_insert_default();
+                for e in list.elements() {
+                    share.held.insert(Partition::new(e.topic(), e.partition()));
+                    share.unplaced.insert(Partition::new(e.topic(), e.partition()));
+                }
+                let holding = share.held.len();
+                tracing::info!(partitions = list.count(), holding, "partitions assigned by the group");
             }
             Rebalance::Revoke(list) => {
-                let held = group.get_or_insert_default();
-                let mut unplaced = self.unplaced.lock().expect("unplaced partitions");
+                let share = group.get_or_insert_default();
                 for e in list.elements() {
                     let partition = Partition::new(e.topic(), e.partition());
-                    unplaced.remove(&partition);
-                    held.remove(&partition);
+                    share.unplaced.remove(&partition);
+                    share.held.remove(&partition);
                 }
-                tracing::info!(partitions = list.count(), holding = held.len(), "partitions revoked by the group");
+                let holding = share.held.len();
+                tracing::info!(partitions = list.count(), holding, "partitions revoked by the group");
             }
             Rebalance::Error(e) => tracing::warn!(error = %e, "consumer group rebalance failed"),
         }
@@ -171,7 +177,6 @@ pub fn consumer(config: &Config, metrics: Arc<Metrics>) -> KafkaResult<LiveConsu
         ends: Mutex::default(),
         fetched_to_end: Mutex::default(),
         group: Mutex::default(),
-        unplaced: Mutex::default(),
         auth: config.kafka_properties().auth(),
     };
     let consumer: LiveConsumer = live_settings(config).create_with_context(context)?;
