@@ -18,6 +18,10 @@ use crate::unique;
 /// move after this.
 pub const SESSION_TIMEOUT_MS: u32 = 6000;
 
+/// How long the mock's coordinator waits for the members to rejoin before it ends a rebalance: the
+/// session less a second (`rdkafka_mock_cgrp.c`), however soon they rejoin.
+pub const REBALANCE_ROUND_MS: u32 = SESSION_TIMEOUT_MS - 1000;
+
 /// Three mock brokers.
 pub struct MockKafka {
     cluster: MockCluster<'static, DefaultProducerContext>,
@@ -77,10 +81,7 @@ impl MockKafka {
     /// The projector binary on these brokers, as [`MockKafka::config`] sets it up.
     pub fn spawn_process(&self, topics: &Topics, prefix: &str, group: &str, properties: &[(&str, &str)]) -> KillOnDrop {
         let mut command = Command::new(runner::binary());
-        let args = runner::args(topics, prefix, group);
-        let brokers = args.iter().position(|a| a == "--brokers").expect("brokers argument");
-        command.args(&args[..brokers]).args(&args[brokers + 2..]).args(["--brokers", &self.brokers]);
-        command.args(["--membership", "group"]);
+        command.args(runner::args_on(&self.brokers, topics, prefix, group)).args(["--membership", "group"]);
         for (key, value) in self.properties(properties) {
             command.args(["--kafka-property", &format!("{key}={value}")]);
         }

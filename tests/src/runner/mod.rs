@@ -21,8 +21,13 @@ use crate::{env, eventually, unique};
 
 /// The projector's arguments for a test's topics, key prefix and consumer group.
 pub fn args(topics: &Topics, prefix: &str, group: &str) -> Vec<String> {
+    args_on(&env("KAFKA_BROKERS"), topics, prefix, group)
+}
+
+/// [`args`] on the brokers `brokers` rather than the stack's.
+pub fn args_on(brokers: &str, topics: &Topics, prefix: &str, group: &str) -> Vec<String> {
     let pairs = [
-        ("--brokers", env("KAFKA_BROKERS")),
+        ("--brokers", brokers.to_string()),
         ("--redis-url", env("REDIS_URL")),
         ("--group-id", group.to_string()),
         ("--study-topic", topics.study.clone()),

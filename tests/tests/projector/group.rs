@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use end_to_end::events::Outgoing;
 use end_to_end::kafka::{self, Topics, PARTITIONS};
-use end_to_end::mock_kafka::{MockKafka, SESSION_TIMEOUT_MS};
+use end_to_end::mock_kafka::{MockKafka, REBALANCE_ROUND_MS, SESSION_TIMEOUT_MS};
 use end_to_end::scenario::Scenario;
 use end_to_end::{eventually, metrics, read_model, redis, runner, unique};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -128,8 +128,10 @@ async fn members_that_join_leave_and_are_sigkilled_share_the_partitions_the_grou
     let killed = Instant::now();
     publishing.await.expect("published");
     // The group takes the dead member's partitions back once its session is over, and gives them to the
-    // survivor: no partition is left unread for longer than that (plus a rebalance).
-    let stall = Duration::from_millis(u64::from(SESSION_TIMEOUT_MS)) + Duration::from_secs(10);
+    // survivor: no partition is left unread for longer than that, plus the mock's rebalance rounds (the
+    // leave's, which the dead member still counts in, then the one without it), plus 3 s for the looks
+    // of a loaded machine.
+    let stall = Duration::from_millis(u64::from(SESSION_TIMEOUT_MS + 2 * REBALANCE_ROUND_MS + 3000));
     eventually(stall, "the survivor to hold every partition within the session timeout", || async {
         let all = runner::instances(&conn, &prefix).await;
         (all.len() == 1 && all[0].1 == ALL_PARTITIONS).then_some(())
@@ -193,7 +195,19 @@ fn reset_offsets(kafka: &MockKafka, topics: &Topics, group: &str, latest: bool) 
         let at = Offset::Offset(if latest { high } else { low });
         list.set_partition_offset(element.topic(), element.partition(), at).expect("offset");
     }
-    consumer.commit(&list, CommitMode::Sync).expect("offsets reset");
+    // Sent without waiting (a commit that waits has no deadline), then read back until it holds.
+    consumer.commit(&list, CommitMode::Async).expect("offsets reset");
+    let committed = Instant::now() + Duration::from_secs(30);
+    let offsets = |list: &TopicPartitionList| {
+        let mut all: Vec<_> =
+            list.elements().iter().map(|e| (e.topic().to_string(), e.partition(), e.offset().to_raw())).collect();
+        all.sort();
+        all
+    };
+    while consumer.committed(TIMEOUT).ok().is_none_or(|now| offsets(&now) != offsets(&list)) {
+        assert!(Instant::now() < committed, "the reset offsets were committed");
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
     consumer.unsubscribe();
     let left = Instant::now() + Duration::from_secs(30);
     while consumer.assignment().expect("assignment").count() > 0 {
