@@ -55,6 +55,13 @@ pub struct Config {
     #[arg(long, env = "API_KEY_CACHE_SIZE", default_value_t = 100_000)]
     pub api_key_cache_size: usize,
 
+    /// Memory for the API keys and organizations' epochs kept in memory, in MiB: what the process holds for
+    /// them, every key, value and the table's free room counted (about 330 bytes each). Past it, nothing
+    /// more is kept until some goes (a change Redis pushes, five minutes unasked); requests then look up
+    /// Redis. The keys kept are also bounded by `API_KEY_CACHE_SIZE`, the epochs by `READ_CACHE_MB`.
+    #[arg(long, env = "API_KEY_CACHE_MB", default_value_t = 48)]
+    pub api_key_cache_mb: u64,
+
     /// Memory for reads kept in memory, in MiB, so that a page that has not changed is answered without a
     /// Redis round trip; 0 reads Redis on every request. Redis pushes an organization's change the moment
     /// it happens (client tracking of its epoch), which drops its reads; when the connection that pushes

@@ -41,6 +41,8 @@ mod auth;
 pub mod config;
 mod edge;
 mod error;
+#[cfg(test)]
+mod held;
 mod links;
 mod metrics;
 mod read;

@@ -62,7 +62,8 @@ impl AppState {
         let model = ReadModel::new(config.redis.target(), tls.clone(), config.redis.timeout())?;
         let metrics = Arc::new(Metrics::default());
         let budget = config.read_cache_mb as usize * 1024 * 1024;
-        let capacity = Capacity { keys: config.api_key_cache_size, orgs: budget / ORG_SHARE };
+        let bytes = config.api_key_cache_mb as usize * 1024 * 1024;
+        let capacity = Capacity { keys: config.api_key_cache_size, orgs: budget / ORG_SHARE, bytes };
         let tracker = Tracker::new(
             config.redis.target(),
             tls,

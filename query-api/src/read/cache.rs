@@ -8,9 +8,11 @@
 //! organization's epoch as Redis last pushed it ([`super::push`]): a change invalidates the epoch kept
 //! there at once, and the next request reads Redis. Another generation drops everything.
 //!
-//! Memory is bounded by construction: every kept read is weighed, its key included (the id a request
-//! asked for, at most [`super::MAX_ID_BYTES`]). Past the budget, reads are evicted one at a time
-//! (`quick_cache`'s CLOCK-Pro: the least recently asked for go first), never all at once. A read of an
+//! Memory is bounded by construction: every kept read is weighed by what it allocates, its key included
+//! (the id a request asked for, at most [`super::MAX_ID_BYTES`]), and the cache's own table and entry
+//! slots, which grow with the number of reads kept and are not weighed, are taken off the budget as they
+//! grow. Past the budget, reads are evicted one at a time (`quick_cache`'s CLOCK-Pro: the least recently
+//! asked for go first), never all at once. A read of an
 //! epoch that is no longer current is never served again; it is replaced by the next read of the same
 //! page, or evicted.
 
@@ -22,10 +24,6 @@ use std::sync::Arc;
 use quick_cache::{Equivalent, Weighter};
 
 use super::model::{InterviewRead, Page};
-
-/// What quick_cache and its table hold for each entry besides the key and value: a hash, a slot in its
-/// index and its clock state, rounded up.
-const ENTRY_OVERHEAD: usize = 64;
 
 /// Which read: the route's parameters.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -120,7 +118,8 @@ struct Kept {
     stored: Stored,
 }
 
-/// The weight of a kept read is the bytes it holds: key, value, what they point to, the cache's entry.
+/// The weight of a kept read is the bytes it allocates: what its key and value point to. Their own slot in
+/// the cache is the cache's structures' ([`ReadCache::bytes`]).
 #[derive(Clone)]
 struct Weigh;
 
@@ -131,9 +130,7 @@ impl Weighter<Slot, Kept> for Weigh {
 }
 
 fn entry_bytes(slot: &Slot, kept: &Kept) -> usize {
-    size_of::<(Slot, Kept)>()
-        + ENTRY_OVERHEAD
-        + slot.read.heap_bytes()
+    slot.read.heap_bytes()
         + 2 * size_of::<usize>()
         + slot.org.len()
         + 2 * size_of::<usize>()
@@ -145,6 +142,8 @@ pub struct ReadCache {
     reads: quick_cache::sync::Cache<Slot, Kept, Weigh>,
     /// The generation of what is kept: a read of another one drops everything first.
     generation: AtomicU64,
+    /// What the cache may hold, structures and reads.
+    budget: u64,
 }
 
 impl ReadCache {
@@ -152,7 +151,7 @@ impl ReadCache {
     pub fn new(budget: usize) -> Option<Self> {
         (budget > 0).then(|| {
             let reads = quick_cache::sync::Cache::with_weighter((budget / 4096).max(64), budget as u64, Weigh);
-            Self { reads, generation: AtomicU64::new(0) }
+            Self { reads, generation: AtomicU64::new(0), budget: budget as u64 }
         })
     }
 
@@ -172,6 +171,17 @@ impl ReadCache {
         }
         self.reads
             .insert(Slot { generation, org: Arc::from(org), read: key }, Kept { epoch: epoch.clone(), stored: value });
+        self.fit();
+    }
+
+    /// Keeps the reads' share of the budget at what the cache's structures leave. They grow by doubling as
+    /// more reads are kept and never shrink, so the share is lowered a few times in the cache's life, each
+    /// time a 64th below what is left, so that the next growth rarely needs another.
+    fn fit(&self) {
+        let room = self.budget.saturating_sub(self.structures() as u64);
+        if room < self.reads.capacity() {
+            self.reads.set_capacity(room.saturating_sub(self.budget / 64));
+        }
     }
 
     /// Drops everything (the read model is not known to be complete, or is gone).
@@ -179,9 +189,16 @@ impl ReadCache {
         self.reads.clear();
     }
 
-    /// The bytes kept: every kept read's key and value.
+    /// The bytes held: the cache's structures, and what every kept read's key and value point to.
     pub fn bytes(&self) -> usize {
-        self.reads.weight() as usize
+        self.reads.weight() as usize + self.structures()
+    }
+
+    /// The bytes of the cache's table and entry slots. quick_cache counts the slots in use; the vector
+    /// that holds them grows by doubling, so they are counted twice.
+    fn structures(&self) -> usize {
+        let used = self.reads.memory_used();
+        used.map + 2 * used.entries
     }
 }
 

@@ -1,15 +1,17 @@
-//! The bookkeeping of what the tracker keeps (each entry's kind, state, connection and age; counts and
-//! bytes by kind) and the one rule that decides whether a kept value may still answer ([`vouched`]),
+//! The bookkeeping of what the tracker keeps (each entry's kind, state, connection and age; counts by
+//! kind, and the bytes the process holds for them all, its table's included) and the one rule that decides whether a kept value may still answer ([`vouched`]),
 //! with time passed in as a value so that the rule is tested without a clock or a connection.
 
 use std::collections::HashMap;
+use std::mem::size_of;
 use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
 use super::{ABSENT_FOR, TRUSTED_FOR};
 
-/// What the map holds for each entry besides the key's and the value's bytes.
-const ENTRY_OVERHEAD: usize = 96;
+/// What the table holds for each of its buckets, used or not: the key's box and the entry, and a control
+/// byte (std's `HashMap`, hashbrown's layout).
+const BUCKET: usize = size_of::<(Box<str>, Entry)>() + 1;
 
 /// What a kept value is for: each kind has its own capacity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -23,11 +25,14 @@ pub enum Kind {
     Watch,
 }
 
-/// How many values of each kind may be kept.
+/// How many values of each kind may be kept, and the bytes all of them may take.
 #[derive(Debug, Clone, Copy)]
 pub struct Capacity {
     pub keys: usize,
     pub orgs: usize,
+    /// What keys and epochs together may hold: their own allocations and the table's
+    /// ([`Entries::held`]).
+    pub bytes: usize,
 }
 
 /// What a kept key held when it was read.
@@ -70,14 +75,59 @@ pub(super) struct Entry {
 pub(super) struct Entries {
     pub map: HashMap<Box<str>, Entry>,
     pub counts: HashMap<Kind, usize>,
+    /// The entries' own allocations ([`weight`]); the table's are [`Entries::held`]'s to add.
     pub bytes: usize,
 }
 
+/// The bytes an entry allocates besides its bucket: its key, and its value (an `Arc<str>`: two counts and
+/// the text).
 pub(super) fn weight(key: &str, state: &State) -> usize {
-    ENTRY_OVERHEAD + key.len() + if let State::Known(known) = state { known.len() } else { 0 }
+    let value = match state {
+        State::Known(known @ Known::Value(_)) => 2 * size_of::<usize>() + known.len(),
+        _ => 0,
+    };
+    key.len() + value
+}
+
+/// The buckets of a table that holds `capacity` entries before it grows (hashbrown keeps 1 in 8 free).
+fn buckets(capacity: usize) -> usize {
+    match capacity {
+        0 => 0,
+        1..8 => (capacity + 1).next_power_of_two(),
+        _ => capacity / 7 * 8,
+    }
+}
+
+/// The bytes of a table of `buckets` buckets (and its trailing group of control bytes).
+fn table_bytes(buckets: usize) -> usize {
+    if buckets == 0 {
+        0
+    } else {
+        buckets * BUCKET + 16
+    }
 }
 
 impl Entries {
+    /// The bytes held for what is kept: every entry's allocations, and the table, free buckets included.
+    pub fn held(&self) -> usize {
+        self.bytes + table_bytes(buckets(self.map.capacity()))
+    }
+
+    /// Whether keeping `key` (its value not yet read) keeps [`Self::held`] within `budget`, counting the
+    /// table it grows into when it is full.
+    pub fn room_for(&self, key: &str, budget: usize) -> bool {
+        let now = buckets(self.map.capacity());
+        let table = if self.map.len() < self.map.capacity() { now } else { (2 * now).max(4) };
+        self.bytes + key.len() + table_bytes(table) <= budget
+    }
+
+    /// Adds `key`, not kept yet, in `state`.
+    pub fn insert(&mut self, key: &str, entry: Entry) {
+        self.bytes += weight(key, &entry.state);
+        *self.counts.entry(entry.kind).or_default() += 1;
+        self.map.insert(key.into(), entry);
+    }
+
     pub fn remove(&mut self, key: &str) {
         if let Some(entry) = self.map.remove(key) {
             *self.counts.entry(entry.kind).or_default() -= 1;

@@ -37,8 +37,8 @@ use shared::redis_tls::Tls;
 use shared::redis_url::Target;
 
 use crate::metrics::Metrics;
-use kept::{weight, Entries, Entry, Serving, State};
 pub use kept::{Capacity, Kind, Known};
+use kept::{Entries, Entry, Serving, State};
 use node::{Node, Pushed};
 use topology::Topology;
 
@@ -185,9 +185,9 @@ impl Tracker {
         }
     }
 
-    /// The bytes kept, as counted.
+    /// The bytes held for what is kept: entries and table ([`kept::Entries::held`]).
     pub fn bytes(&self) -> usize {
-        self.0.entries.read().expect("kept values").bytes
+        self.0.entries.read().expect("kept values").held()
     }
 
     /// Reads `key` on the connection that tracks its slot and keeps the answer, unless the key changed
@@ -278,7 +278,9 @@ impl Shared {
 
     /// Whether `kind` has as many values kept as it may.
     fn full(&self, kind: Kind) -> bool {
-        self.entries.read().expect("kept values").counts.get(&kind).copied().unwrap_or(0) >= self.limit(kind)
+        let entries = self.entries.read().expect("kept values");
+        entries.counts.get(&kind).copied().unwrap_or(0) >= self.limit(kind)
+            || kind != Kind::Watch && entries.held() >= self.capacity.bytes
     }
 
     /// Marks `key` as being read by read `token`; false when it may not be kept (its kind is full).
@@ -291,14 +293,13 @@ impl Shared {
             }
             return true;
         }
-        if entries.counts.get(&kind).copied().unwrap_or(0) >= self.limit(kind) {
+        if entries.counts.get(&kind).copied().unwrap_or(0) >= self.limit(kind)
+            || kind != Kind::Watch && !entries.room_for(key, self.capacity.bytes)
+        {
             return false;
         }
         let state = State::Pending(token);
-        entries.bytes += weight(key, &state);
-        *entries.counts.entry(kind).or_default() += 1;
-        let entry = Entry { kind, state, node: 0, read_ms: sent, used_ms: AtomicU64::new(sent) };
-        entries.map.insert(key.into(), entry);
+        entries.insert(key, Entry { kind, state, node: 0, read_ms: sent, used_ms: AtomicU64::new(sent) });
         true
     }
 
