@@ -98,8 +98,10 @@ async fn a_page_and_an_interview_of_large_transcripts_are_served_whole_within_th
     assert!(one["transcriptAsWebVTT"] == longest.as_str(), "the longest transcript is served whole");
 
     // The reply from Redis and the body written from it, with room for the allocator and a chunk: never
-    // the 68 MB page, or the 40 MB transcript, that reading them whole would take.
+    // the 68 MB page, or the 40 MB transcript, that reading them whole would take. The allocator's room is
+    // jemalloc's: a buffer growing past megabytes is copied into a new extent, the old one resident until
+    // freed (glibc moves the pages instead): 23 to 27 MiB measured, against 16 to 20 with glibc.
     let peak = api.memory("VmHWM").saturating_sub(before);
     eprintln!("the API's peak resident memory grew by {} KiB", peak / 1024);
-    assert!(peak < 3 * 8 * MIB, "the API's peak grew by {} MiB", peak / MIB);
+    assert!(peak < 4 * 8 * MIB, "the API's peak grew by {} MiB", peak / MIB);
 }
