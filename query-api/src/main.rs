@@ -14,7 +14,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// jemalloc, not glibc's malloc: with 100,000 organizations' keys and pages kept, glibc's arenas held 49 MB
-/// free beside 117 MiB in use (180 MiB resident); jemalloc, 131 MiB resident for the same (BENCHMARKS.md,
+/// free beside 117 MiB in use (180 MiB resident); jemalloc, 128 MiB resident for the same (BENCHMARKS.md,
 /// "The API's own memory").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -12,9 +12,8 @@
 //! (the id a request asked for, at most [`super::MAX_ID_BYTES`]), and the cache's own table and entry
 //! slots, which grow with the number of reads kept and are not weighed, are taken off the budget as they
 //! grow. Past the budget, reads are evicted one at a time (`quick_cache`'s CLOCK-Pro: the least recently
-//! asked for go first), never all at once. A read of an
-//! epoch that is no longer current is never served again; it is replaced by the next read of the same
-//! page, or evicted.
+//! asked for go first), never all at once. A read of an epoch that is no longer current is never served
+//! again; it is replaced by the next read of the same page, or evicted.
 
 use std::hash::{Hash, Hasher};
 use std::mem::size_of;

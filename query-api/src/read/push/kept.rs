@@ -1,6 +1,7 @@
 //! The bookkeeping of what the tracker keeps (each entry's kind, state, connection and age; counts by
-//! kind, and the bytes the process holds for them all, its table's included) and the one rule that decides whether a kept value may still answer ([`vouched`]),
-//! with time passed in as a value so that the rule is tested without a clock or a connection.
+//! kind, and the bytes the process holds for them all, its table's included) and the one rule that
+//! decides whether a kept value may still answer ([`vouched`]), with time passed in as a value so that
+//! the rule is tested without a clock or a connection.
 
 use std::collections::HashMap;
 use std::mem::size_of;
@@ -121,7 +122,7 @@ impl Entries {
         self.bytes + key.len() + table_bytes(table) <= budget
     }
 
-    /// Adds `key`, not kept yet, in `state`.
+    /// Adds `key`, not kept yet, with its `entry`.
     pub fn insert(&mut self, key: &str, entry: Entry) {
         self.bytes += weight(key, &entry.state);
         *self.counts.entry(entry.kind).or_default() += 1;
