@@ -1,11 +1,12 @@
 //! The API's memory is bounded whatever a holder of a valid key asks for: made-up ids of any length are
 //! answered 404 without growing what is kept, and interviews are served whole however large their
 //! transcripts, within the byte budget of a request (`MAX_PAGE_MB`): transcripts beyond it are sent a
-//! chunk at a time. Measured on the real binary's process, from `/proc/<pid>/status`.
+//! chunk at a time. Measured on the real binary's process, from `/proc/<pid>/status`. Keys and epochs
+//! are kept only within their byte budget (`API_KEY_CACHE_MB`).
 
 use end_to_end::api::{ApiProcess, World};
 use end_to_end::fixture::{self, completed, completed_study, interview, ACME, ACME_KEY};
-use end_to_end::redis;
+use end_to_end::{metrics, redis};
 use futures::StreamExt;
 use redis::AsyncCommands;
 use shared::Keyspace;
@@ -104,4 +105,24 @@ async fn a_page_and_an_interview_of_large_transcripts_are_served_whole_within_th
     let peak = api.memory("VmHWM").saturating_sub(before);
     eprintln!("the API's peak resident memory grew by {} KiB", peak / 1024);
     assert!(peak < 4 * 8 * MIB, "the API's peak grew by {} MiB", peak / MIB);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_memory_for_keys_and_epochs_a_key_is_looked_up_in_redis_every_time_and_no_read_is_kept() {
+    let world = World::start_with(&fixture::dataset(), |config| config.api_key_cache_mb = 0).await;
+    let app = &world.app;
+    let sample = |text: &str, name: &str, source: &str| metrics::sample(text, name, &[source]);
+    let before = app.admin_get("/metrics").await.text().await.unwrap();
+    // Sequential requests: with room for the key, the first one's lookup keeps it and the next are answered
+    // from memory (the pushed tests wait for that within milliseconds).
+    for _ in 0..50 {
+        assert_eq!(app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
+    }
+    let after = app.admin_get("/metrics").await.text().await.unwrap();
+    let looked_up = |source: &str| {
+        sample(&after, "api_key_lookups_total", source) - sample(&before, "api_key_lookups_total", source)
+    };
+    assert_eq!((looked_up("source=\"memory\""), looked_up("source=\"redis\"")), (0.0, 50.0));
+    let read = |source: &str| sample(&after, "api_reads_total", source) - sample(&before, "api_reads_total", source);
+    assert_eq!(read("source=\"memory\""), 0.0, "a read is kept only under an epoch kept");
 }
