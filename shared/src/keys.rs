@@ -232,7 +232,8 @@ impl Keyspace {
     }
 
     /// One interview's transcript: a string of its own, so that adding messages is an `APPEND` whose cost
-    /// does not grow with the transcript. A page read reaches these keys from `transcript(org, "")`, the
+    /// does not grow with the transcript. `APPEND` leaves the string room to grow (up to its length again):
+    /// the write script rewrites it once at its exact size when the interview enters its list. A page read reaches these keys from `transcript(org, "")`, the
     /// prefix every one of them shares (the id stands last).
     pub fn transcript(&self, org: &str, interview_id: &str) -> String {
         format!("{}:transcript:{interview_id}", self.org(org))

@@ -62,6 +62,9 @@ local op = ARGV[7]
 local index_kind = (op == 'add' or op == 'remove') and 'zset' or 'hash'
 local ok = holds(KEYS[1], 'hash') and (op == 'none' or holds(KEYS[2], index_kind))
   and (ARGV[5] == 'none' or holds(KEYS[3], 'hash')) and (ARGV[9] == 'keep' or holds(KEYS[4], 'string'))
+if op == 'add' and KEYS[4] ~= KEYS[1] then
+  ok = ok and holds(KEYS[4], 'string')
+end
 local key_op = op == 'key-live' or op == 'key-revoked'
 if key_op then
   ok = ok and holds(KEYS[3], 'string')
@@ -86,6 +89,9 @@ if redis.acl_check_cmd then
   end
   if op == 'add' then
     allowed = allowed and may('ZADD', KEYS[2], '0', ARGV[4])
+    if KEYS[4] ~= KEYS[1] then
+      allowed = allowed and may('GET', KEYS[4]) and may('SET', KEYS[4], 'x')
+    end
   elseif op == 'remove' then
     allowed = allowed and may('ZREM', KEYS[2], ARGV[4])
   elseif key_op then
@@ -115,8 +121,9 @@ if ARGV[5] == 'set' then
 elseif ARGV[5] == 'delete' then
   redis.call('HDEL', KEYS[3], id)
 end
+local entered = false
 if op == 'add' then
-  redis.call('ZADD', KEYS[2], ARGV[8], id)
+  entered = redis.call('ZADD', KEYS[2], ARGV[8], id) == 1
 elseif op == 'remove' then
   redis.call('ZREM', KEYS[2], id)
 end
@@ -149,6 +156,14 @@ elseif ARGV[9] == 'set' then
   redis.call('SET', KEYS[4], ARGV[11] .. ARGV[10])
 elseif ARGV[9] == 'delete' then
   redis.call('DEL', KEYS[4])
+end
+-- APPEND leaves a string room to grow (up to its own length again), which an interview that is served
+-- would keep for good: its transcript is written once at its exact size when it enters its list.
+if entered and KEYS[4] ~= KEYS[1] and (ARGV[9] == 'keep' or ARGV[9] == 'append') then
+  local transcript = redis.call('GET', KEYS[4])
+  if transcript then
+    redis.call('SET', KEYS[4], transcript, 'KEEPTTL')
+  end
 end
 if (ARGV[9] == 'set' or ARGV[9] == 'delete') and KEYS[7] and not key_op then
   redis.call('SET', KEYS[7], ARGV[12])

@@ -3,6 +3,7 @@
 mod counting;
 mod crash_recovery;
 mod event_schemas;
+mod footprint;
 mod group;
 mod kafka_clients;
 mod late_events;
