@@ -54,6 +54,8 @@ async fn main() -> Result<()> {
     };
     let mut bytes: BTreeMap<&str, u64> = BTreeMap::new();
     let (mut studies, mut interviews, mut transcripts, mut transcript_bytes) = (0u64, 0u64, 0u64, 0u64);
+    // What is served: each served interview's document and transcript, as stored.
+    let (mut document_bytes, mut served_transcript_bytes) = (0u64, 0u64);
     for chunk in keys.chunks(1000) {
         let mut pipe = redis::pipe();
         for key in chunk {
@@ -66,7 +68,15 @@ async fn main() -> Result<()> {
             if tail == ":studies" {
                 studies += conn.zcard::<_, u64>(key).await?;
             } else if tail.starts_with(":interviews:") {
-                interviews += conn.zcard::<_, u64>(key).await?;
+                let served: Vec<String> = conn.zrange(key, 0, -1).await?;
+                interviews += served.len() as u64;
+                let base = key.rsplit_once("}:").map_or(key.as_str(), |(base, _)| base);
+                for id in served {
+                    served_transcript_bytes += conn.strlen::<_, u64>(format!("{base}}}:transcript:{id}")).await?;
+                }
+            } else if tail == ":interview-docs" {
+                let documents: Vec<Vec<u8>> = conn.hvals(key).await?;
+                document_bytes += documents.iter().map(|d| d.len() as u64).sum::<u64>();
             } else if tail.starts_with(":transcript:") {
                 transcripts += 1;
                 transcript_bytes += conn.strlen::<_, u64>(key).await?;
@@ -74,6 +84,7 @@ async fn main() -> Result<()> {
         }
     }
     let per = |total: u64, n: u64| total.checked_div(n).unwrap_or(0);
+    let ratio = |a: u64, b: u64| if b == 0 { "0".to_string() } else { format!("{:.2}", a as f64 / b as f64) };
     let get = |k: &str| bytes.get(k).copied().unwrap_or(0);
     Line::default()
         .with("keys", keys.len())
@@ -88,6 +99,12 @@ async fn main() -> Result<()> {
         .with("other_bytes", get("other"))
         .with("bytes_per_study", per(get("study"), studies))
         .with("bytes_per_interview", per(get("interview") + get("transcript"), interviews))
+        .with("document_avg_bytes", per(document_bytes, interviews))
+        .with("served_transcript_avg_bytes", per(served_transcript_bytes, interviews))
+        // Redis bytes per served interview over its document and transcript; and every interview's bytes
+        // over every document and transcript kept (the transcripts of interviews not served yet included).
+        .with("served_ratio", ratio(get("interview") + get("transcript"), document_bytes + served_transcript_bytes))
+        .with("kept_ratio", ratio(get("interview") + get("transcript"), document_bytes + transcript_bytes))
         .print();
     Ok(())
 }
