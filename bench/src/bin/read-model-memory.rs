@@ -2,6 +2,7 @@
 //! and per served interview.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use benchmarks::report::Line;
@@ -17,7 +18,14 @@ struct Args {
     /// The read model's key prefix.
     #[arg(long)]
     prefix: String,
+    /// Also measure what other layouts would cost for the same records (`layout-candidates.lua`: one
+    /// script over the whole generation, one Redis only).
+    #[arg(long)]
+    candidates: bool,
 }
+
+/// Writes each candidate layout beside the read model, measures it and deletes it.
+const CANDIDATES: &str = include_str!("../layout-candidates.lua");
 
 /// Which record a key is there for, from its name (see `shared::keys`).
 fn kind(key: &str) -> &'static str {
@@ -40,7 +48,10 @@ fn kind(key: &str) -> &'static str {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let mut conn = redis::Client::open(args.redis_url.as_str())?.get_multiplexed_async_connection().await?;
+    // The candidates' script scans the whole generation in one call: seconds at a million events.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(Some(Duration::from_secs(600)));
+    let mut conn =
+        redis::Client::open(args.redis_url.as_str())?.get_multiplexed_async_connection_with_config(&config).await?;
     let generation: u64 =
         conn.get(format!("{}:active-generation", args.prefix)).await.context("the prefix has no read model")?;
     let pattern = format!("{}:g{generation}:*", args.prefix);
@@ -86,8 +97,18 @@ async fn main() -> Result<()> {
     let per = |total: u64, n: u64| total.checked_div(n).unwrap_or(0);
     let ratio = |a: u64, b: u64| if b == 0 { "0".to_string() } else { format!("{:.2}", a as f64 / b as f64) };
     let get = |k: &str| bytes.get(k).copied().unwrap_or(0);
-    Line::default()
-        .with("keys", keys.len())
+    let mut line = Line::default();
+    if args.candidates {
+        let measured: Vec<(String, u64)> = redis::Script::new(CANDIDATES)
+            .arg(format!("{}:g{generation}", args.prefix))
+            .invoke_async(&mut conn)
+            .await
+            .context("measuring the candidate layouts")?;
+        for (name, bytes) in measured {
+            line = line.with(&format!("per_served_{name}"), per(bytes, interviews));
+        }
+    }
+    line.with("keys", keys.len())
         .with("total_bytes", bytes.values().sum::<u64>())
         .with("completed_studies", studies)
         .with("served_interviews", interviews)
