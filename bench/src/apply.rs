@@ -11,12 +11,21 @@ use shared::{Keyspace, Topic};
 
 use crate::stream::Message;
 
-/// A store on its own key prefix, at that prefix's active generation (1 on a new prefix).
+/// A store on its own key prefix, at that prefix's active generation (1 on a new prefix, of this build's
+/// layout).
 pub async fn store(target: &Target, prefix: &str) -> Result<Store> {
     let settings = Settings { timeout: std::time::Duration::from_secs(30), cluster_retries: 12 };
     let mut conn = Connection::connect(target, settings).await?;
     let generation = projector::active_generation(&mut conn, prefix).await?;
-    Ok(Store::new(conn, Keyspace::new(prefix, generation)))
+    let keys = Keyspace::new(prefix, generation);
+    // In the layout a new read model gets, as the projector marks one.
+    let _: bool = redis::cmd("HSETNX")
+        .arg(keys.meta())
+        .arg(shared::layout::FIELD)
+        .arg(shared::layout::LAYOUT)
+        .query_async(&mut conn)
+        .await?;
+    Ok(Store::new(conn, keys))
 }
 
 /// The stream has no poison; were there any, it would be counted and dropped.

@@ -16,7 +16,7 @@
 //! | `P:gN:{<org>}:study:<id>` | hash | `seq`, `state`: the projector's state of a study |
 //! | `P:gN:{<org>}:studies` | sorted set | completed studies, score `completedAt` in µs, member id |
 //! | `P:gN:{<org>}:study-docs` | hash | id → document of each completed study |
-//! | `P:gN:{<org>}:interview:<id>` | hash | `seq`, `state`: the projector's state of an interview |
+//! | `P:gN:{<org>}:interview:<id>` | hash | `seq`, `state`: the projector's state of an interview (from layout 2, a served one's is `{"served":true}` and its gaps: the rest is its document) |
 //! | `P:gN:{<org>}:interviews:<studyId>` | sorted set | completed visible interviews, score `createdAt` in µs |
 //! | `P:gN:{<org>}:interview-docs` | hash | id → document of each completed visible interview |
 //! | `P:gN:{<org>}:transcript:<id>` | string | the WebVTT transcript of an interview, appended to as messages arrive |
@@ -231,6 +231,16 @@ impl Keyspace {
         format!("{}:interview-docs", self.org(org))
     }
 
+    /// For the key of an interview's state ([`Keyspace::aggregate`]), the key of its organization's
+    /// documents and the interview's id; `None` for any other key.
+    pub fn documents_of_interview_state<'k>(&self, key: &'k str) -> Option<(String, &'k str)> {
+        let tagged = key.strip_prefix(self.base().as_str())?.strip_prefix(":{")?;
+        // An organization's id is escaped in its tag: the first closing brace ends it.
+        let close = tagged.find('}')?;
+        let id = tagged[close..].strip_prefix("}:interview:")?;
+        Some((format!("{}:{{{}}}:interview-docs", self.base(), &tagged[..close]), id))
+    }
+
     /// One interview's transcript: a string of its own, so that adding messages is an `APPEND` whose cost
     /// does not grow with the transcript. `APPEND` leaves the string room to grow (up to its length again):
     /// the write script rewrites it once at its exact size when the interview enters its list. A page read reaches these keys from `transcript(org, "")`, the
@@ -418,6 +428,13 @@ mod tests {
         assert_eq!(ks.aggregate(Topic::Study, "o", "s"), "rm:g7:{o}:study:s");
         assert_eq!(ks.transcript("o", "i:1"), "rm:g7:{o}:transcript:i:1");
         assert!(ks.owner(Topic::Interview, "i").starts_with("rm:g7:"));
+        for (org, id) in [("o", "i:1"), ("a}b{c", "x}y"), ("%7D", "")] {
+            let state = ks.aggregate(Topic::Interview, org, id);
+            assert_eq!(ks.documents_of_interview_state(&state), Some((ks.interview_documents(org), id)), "{state}");
+        }
+        for other in [ks.aggregate(Topic::Study, "o", "s"), ks.interview_documents("o"), ks.transcript("o", "i")] {
+            assert_eq!(ks.documents_of_interview_state(&other), None, "{other}");
+        }
         assert_ne!(ks.at(8).studies("o"), ks.studies("o"));
     }
 }

@@ -7,14 +7,24 @@
 //! The version is the `layout` field of the generation's meta hash (`P:gN:meta`), written by the projector
 //! when it starts a generation or starts on one. Generations written before the field existed have none:
 //! an absent field is layout 1, the layout they have.
+//!
+//! | layout | what changed |
+//! |---|---|
+//! | 1 | the keys of `keys.rs`, every state stored whole as JSON |
+//! | 2 | a served interview's state stored as `{"served":true}` (and its gaps), the rest read from its document |
+//!
+//! A build reads the layout before its own: the API reads nothing that layout 2 changed, and the projector
+//! reads both forms of a state and writes a generation in the layout it has (a generation of layout 1 gets
+//! whole states), so a release that writes layout 2 is rolled out like any other and saves its memory
+//! from its first rebuild on.
 
 use std::ops::RangeInclusive;
 
 /// The layout this build writes.
-pub const LAYOUT: u32 = 1;
+pub const LAYOUT: u32 = 2;
 
 /// The layouts this build reads.
-pub const READS: RangeInclusive<u32> = 1..=1;
+pub const READS: RangeInclusive<u32> = 1..=2;
 
 /// The field of a generation's meta hash that holds its layout.
 pub const FIELD: &str = "layout";
@@ -52,11 +62,12 @@ mod tests {
     fn a_generation_without_the_field_is_layout_one_and_one_this_build_does_not_read_is_refused_by_name() {
         assert_eq!(check(3, None, "projector"), Ok(1));
         assert_eq!(check(3, Some("1"), "projector"), Ok(1));
-        for found in ["2", "0", "v1", ""] {
+        assert_eq!(check(3, Some("2"), "projector"), Ok(2));
+        for found in ["3", "0", "v1", ""] {
             let refused = check(7, Some(found), "query API").expect_err(found);
             let line = refused.to_string();
             assert!(line.contains(&format!("layout version {found};")), "{line}");
-            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 1"), "{line}");
+            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 2"), "{line}");
             assert!(!line.contains('\n'), "one line");
         }
     }

@@ -5,6 +5,7 @@
 mod folded;
 mod participant;
 mod state;
+pub mod stored;
 mod transcript;
 
 use shared::events::{Body, Role};

@@ -117,6 +117,7 @@ async fn repair(
     let started = Instant::now();
     let generation = keys.generation();
     let mut store = Store::new(conn.clone(), keys.clone());
+    let layout = store.layout().await.map_err(refused)?;
     let topics: Vec<Topic> = match &target {
         Target::Organization(_) => Topic::ALL.to_vec(),
         Target::Aggregate(topic, _) => vec![*topic],
@@ -147,7 +148,7 @@ async fn repair(
         ensure_held(lease)?;
         live = staging::live_keys(conn, keys, &org).await?;
         let all: Vec<_> = collected.aggregates.keys().cloned().collect();
-        stage(conn, keys, token, &org, &collected.aggregates, &all, &others, &mut staged).await?;
+        stage(conn, keys, layout, token, &org, &collected.aggregates, &all, &others, &mut staged).await?;
     }
 
     tracing::info!(elapsed = ?started.elapsed(), "staged");
@@ -166,7 +167,7 @@ async fn repair(
         tracing::info!(elapsed = ?started.elapsed(), "read on under the hold and claimed");
         let outcome = if organization {
             let touched: Vec<_> = touched.into_iter().collect();
-            stage(conn, keys, token, &org, &collected.aggregates, &touched, &others, &mut staged).await?;
+            stage(conn, keys, layout, token, &org, &collected.aggregates, &touched, &others, &mut staged).await?;
             let swapped = if hold.is_lost() || lease.is_some_and(Lease::is_lost) {
                 Err(StoreError::HoldLost)
             } else {
@@ -299,6 +300,7 @@ async fn claim(
 async fn stage(
     conn: &mut Connection,
     keys: &Keyspace,
+    layout: u32,
     run: &str,
     org: &str,
     aggregates: &Aggregates,
@@ -308,7 +310,8 @@ async fn stage(
 ) -> Result<(), Error> {
     let mut commands = Vec::new();
     for aggregate in which.iter().filter(|(t, _)| *t != Topic::ApiKey).filter(|a| !others.contains(*a)) {
-        let (cmds, live) = staging::stage(keys, run, org, aggregate.0, &aggregate.1, &folded(aggregates, aggregate));
+        let (cmds, live) =
+            staging::stage(keys, layout, run, org, aggregate.0, &aggregate.1, &folded(aggregates, aggregate));
         commands.extend(cmds);
         staged.insert(aggregate.clone(), live);
         if commands.len() >= 2000 {

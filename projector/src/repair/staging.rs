@@ -12,7 +12,7 @@ use shared::connection::Connection;
 use shared::lease::{Lease, OnLapse};
 use shared::{Keyspace, Topic};
 
-use crate::fold::{Folded, IndexChange, State, TranscriptChange, TRANSCRIPT_HEADER};
+use crate::fold::{stored, Folded, IndexChange, State, TranscriptChange, TRANSCRIPT_HEADER};
 use crate::store::{ReplyError, StoreError};
 
 /// How long a hold lasts unless renewed: a repair that died releases the organization within this.
@@ -141,10 +141,11 @@ pub async fn live_keys(conn: &mut Connection, keys: &Keyspace, org: &str) -> red
 }
 
 /// The commands that make repair `run`'s staged copy of the organization's data hold `folded` for one study
-/// or interview, whatever the copy held for it before; and the live names of the keys they touch, each with
+/// or interview (its state stored as `layout` stores it), whatever the copy held for it before; and the live names of the keys they touch, each with
 /// what this aggregate puts in its copy (fields or members, 1 for a string, 0 for nothing).
 pub fn stage(
     keys: &Keyspace,
+    layout: u32,
     run: &str,
     org: &str,
     topic: Topic,
@@ -154,7 +155,7 @@ pub fn stage(
     let staged = |live: &str| keys.staged(live, run).expect("an organization's key");
     let (mut commands, mut live) = (Vec::new(), Vec::new());
     let state_key = keys.aggregate(topic, org, id);
-    let state = serde_json::to_string(&folded.state).expect("state always serializes");
+    let state = stored::encode(&folded.state, folded.document.as_deref(), layout);
     let mut hset = redis::cmd("HSET");
     hset.arg(staged(&state_key)).arg("seq").arg(folded.sequence).arg("state").arg(state);
     commands.push(hset);

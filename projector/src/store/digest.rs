@@ -1,14 +1,18 @@
 //! A canonical digest of one generation of the read model: order-independent (an XOR of one SHA-256 per
 //! key) over every document, index and state, so two generations built from the same events digest alike
 //! whatever order they were written in. The projector's bookkeeping (the generation's meta, positions and
-//! healing entries) is left out.
+//! healing entries) is left out. A state is digested whole, however it is stored: a served interview's
+//! state stored without what its document holds (layout 2) is read back from its document first, so a
+//! generation written partly in each form (a projector of the release before, or a generation whose meta
+//! Redis lost, writes whole states) digests like one written in either.
 
 use redis::{Cmd, RedisResult};
 use sha2::{Digest as _, Sha256};
 use shared::connection::Connection;
-use shared::Keyspace;
+use shared::{Keyspace, Topic};
 
 use super::generation::{generation_keys, one};
+use crate::fold::stored;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Digest {
@@ -53,7 +57,8 @@ async fn compute(conn: &mut Connection, keys: &Keyspace, names: Vec<String>) -> 
             .map(redis::from_redis_value)
             .collect::<Result<_, _>>()
             .map_err(to_redis)?;
-        let values = read_values(conn, chunk, &kinds).await?;
+        let mut values = read_values(conn, chunk, &kinds).await?;
+        whole_states(conn, keys, chunk, &mut values).await?;
         for ((name, kind), parts) in chunk.iter().zip(&kinds).zip(values) {
             if kind == "none" {
                 continue;
@@ -123,6 +128,38 @@ async fn read_values(conn: &mut Connection, names: &[String], kinds: &[String]) 
         values.push(entries.into_iter().flat_map(|(k, v)| [k, v]).collect());
     }
     Ok(values)
+}
+
+/// Replaces every interview state stored without what its document holds by the whole state, read back
+/// from its document (one round trip for the chunk).
+async fn whole_states(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    names: &[String],
+    values: &mut [Vec<Vec<u8>>],
+) -> RedisResult<()> {
+    // The sorted field-value pairs of a state's hash: `seq`, its value, `state`, its value.
+    let served = |parts: &[Vec<u8>]| parts.len() == 4 && parts[2] == b"state" && parts[3].starts_with(br#"{"served":"#);
+    let found: Vec<(usize, String, &str)> = names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| served(&values[*i]))
+        .filter_map(|(i, name)| keys.documents_of_interview_state(name).map(|(documents, id)| (i, documents, id)))
+        .collect();
+    if found.is_empty() {
+        return Ok(());
+    }
+    let reads: Vec<Cmd> = found.iter().map(|(_, documents, id)| one("HGET", documents).arg(*id).clone()).collect();
+    let documents = conn.query_all(&reads).await?;
+    for ((i, _, _), document) in found.iter().zip(documents) {
+        let document: Option<String> = redis::from_redis_value(document).map_err(to_redis)?;
+        let state = String::from_utf8_lossy(&values[*i][3]).into_owned();
+        // One that does not read is digested as it is stored: unlike any whole state.
+        if let Ok(whole) = stored::decode(Topic::Interview, &state, document.as_deref()) {
+            values[*i][3] = serde_json::to_vec(&whole).expect("state always serializes");
+        }
+    }
+    Ok(())
 }
 
 fn to_redis(e: redis::ParsingError) -> redis::RedisError {

@@ -34,6 +34,10 @@ pub enum StoreError {
     /// The look before a write with a gap found a loss, or got no answer (see [`Store::apply`]).
     #[error("{0:?}")]
     Doubted(Doubt),
+    /// The generation written has a layout this build does not read (its meta changed under the
+    /// projector, which checks it before it writes to a generation).
+    #[error(transparent)]
+    Layout(#[from] shared::layout::UnknownLayout),
 }
 
 /// Redis's error codes that say "not now": the server is full, busy, loading, read-only, failing over or
@@ -77,7 +81,8 @@ impl StoreError {
             | StoreError::HoldLost
             | StoreError::StagingIncomplete(_)
             | StoreError::Lost(_)
-            | StoreError::Doubted(_) => false,
+            | StoreError::Doubted(_)
+            | StoreError::Layout(_) => false,
         }
     }
 

@@ -35,7 +35,7 @@ pub use generation::{
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};
 
-use crate::fold::{fold, State, Verdict};
+use crate::fold::{fold, stored, State, Verdict};
 use crate::observe::Outcome;
 pub use write::{ReplyError, ScriptReply};
 use write::{Write, WriteScript};
@@ -68,6 +68,9 @@ pub struct Store {
     /// The epochs (organizations', the key index's) this projector wrote in this generation since the
     /// last loss: each write checks that its epoch, if here, still exists (see `write.lua`).
     epochs: HashSet<String>,
+    /// The generation's layout, which decides how states are stored ([`crate::fold::stored`]): read from
+    /// its meta before the first batch written to it.
+    layout: Option<u32>,
 }
 
 struct Pending<'a> {
@@ -84,7 +87,7 @@ fn record<'a>(topic: Topic, events: &[&'a Event], outcome: impl Fn(usize) -> Out
 
 impl Store {
     pub fn new(conn: Connection, keys: Keyspace) -> Self {
-        Self { conn, keys, write: WriteScript::new(), epochs: HashSet::new() }
+        Self { conn, keys, write: WriteScript::new(), epochs: HashSet::new(), layout: None }
     }
 
     pub fn keys(&self) -> &Keyspace {
@@ -94,11 +97,26 @@ impl Store {
     pub fn set_generation(&mut self, generation: u64) {
         self.keys = self.keys.at(generation);
         self.epochs.clear();
+        self.layout = None;
     }
 
     /// Forgets which epochs this projector wrote: Redis lost data, and the projector reads again.
     pub fn forget_epochs(&mut self) {
         self.epochs.clear();
+    }
+
+    /// The layout of the generation written, read once per generation: it stays what it was if Redis
+    /// loses the generation's meta later. A generation whose meta is gone when first read (Redis lost it
+    /// before this projector looked) reads as layout 1, whose states are stored whole: readable by every
+    /// release, and digested alike.
+    pub async fn layout(&mut self) -> Result<u32, StoreError> {
+        if let Some(layout) = self.layout {
+            return Ok(layout);
+        }
+        let field = generation::layout(&mut self.conn, &self.keys).await?;
+        let layout = shared::layout::check(self.keys.generation(), field.as_deref(), "projector")?;
+        self.layout = Some(layout);
+        Ok(layout)
     }
 
     /// The connection, for the few reads and writes outside the apply path.
@@ -125,6 +143,7 @@ impl Store {
             // is an error in the client).
             return Ok(applied);
         }
+        let layout = self.layout().await?;
         let mut pending = self.resolve_owners(groups, &mut applied).await?;
         // The aggregates that got an event late for a gap, remembered once every write is done.
         let mut late = Vec::new();
@@ -138,7 +157,7 @@ impl Store {
             }
             self.load_missing(&mut pending).await?;
             let held;
-            (pending, held) = self.write(pending, &mut applied, &mut late, guard).await?;
+            (pending, held) = self.write(pending, layout, &mut applied, &mut late, guard).await?;
             // A repair holding an organization holds it for moments: waited out, not counted as an attempt.
             if held {
                 if held_since.elapsed() > MAX_HOLD_WAIT {
@@ -166,19 +185,24 @@ impl Store {
         groups: &'a [Group<'a>],
         applied: &mut Applied<'a>,
     ) -> Result<Vec<Pending<'a>>, StoreError> {
-        let mut commands = Vec::with_capacity(groups.len() * 2);
+        let mut commands = Vec::with_capacity(groups.len() * 3);
+        let mut ends = Vec::with_capacity(groups.len());
         for group in groups {
             let first = &group.events[0].envelope.organization_id;
             let mut set = redis::cmd("SET");
             set.arg(self.keys.owner(group.topic, group.aggregate_id)).arg(first).arg("NX").arg("GET");
             commands.push(set);
-            commands.push(hmget_state(self.state_key(group, first)));
+            commands.extend(state_reads(&self.keys, group.topic, first, group.aggregate_id));
+            ends.push(commands.len());
         }
         let replies = self.query(&commands).await?;
         let mut pending = Vec::with_capacity(groups.len());
-        for (group, pair) in groups.iter().zip(replies.chunks(2)) {
+        let mut start = 0;
+        for (group, end) in groups.iter().zip(ends) {
+            let replies = &replies[start..end];
+            start = end;
             let first = group.events[0].envelope.organization_id.as_str();
-            let owner: Option<String> = redis::from_redis_value_ref(&pair[0])?;
+            let owner: Option<String> = redis::from_redis_value_ref(&replies[0])?;
             // The recorded owner, as a string that lives as long as the batch: an event's (with none of
             // the batch's events of that organization, every event is refused).
             let org = match owner {
@@ -199,7 +223,7 @@ impl Store {
                 );
             }
             let Some(org) = org else { continue };
-            let loaded = if org == first { Some(self.decode_state(group, org, &pair[1])?) } else { None };
+            let loaded = if org == first { Some(self.decode_state(group, org, &replies[1..])?) } else { None };
             pending.push(Pending { group, org, events, loaded });
         }
         Ok(pending)
@@ -210,11 +234,17 @@ impl Store {
         if missing.is_empty() {
             return Ok(());
         }
-        let commands: Vec<Cmd> =
-            missing.iter().map(|&i| hmget_state(self.state_key(pending[i].group, pending[i].org))).collect();
+        let (mut commands, mut ends) = (Vec::new(), Vec::with_capacity(missing.len()));
+        for &i in &missing {
+            let (group, org) = (pending[i].group, pending[i].org);
+            commands.extend(state_reads(&self.keys, group.topic, org, group.aggregate_id));
+            ends.push(commands.len());
+        }
         let replies = self.query(&commands).await?;
-        for (&i, reply) in missing.iter().zip(&replies) {
-            pending[i].loaded = Some(self.decode_state(pending[i].group, pending[i].org, reply)?);
+        let mut start = 0;
+        for (&i, end) in missing.iter().zip(ends) {
+            pending[i].loaded = Some(self.decode_state(pending[i].group, pending[i].org, &replies[start..end])?);
+            start = end;
         }
         Ok(())
     }
@@ -224,6 +254,7 @@ impl Store {
     async fn write<'a>(
         &mut self,
         pending: Vec<Pending<'a>>,
+        layout: u32,
         applied: &mut Applied<'a>,
         late: &mut Vec<late::Late<'a>>,
         guard: &mut impl Guard,
@@ -251,6 +282,7 @@ impl Store {
                 folded: &folded,
                 epoch_written: self.epochs.contains(&epoch),
                 repair: None,
+                layout,
                 as_of_micros: p.events.iter().map(|e| e.envelope.occurred_at.timestamp_micros()).max().unwrap_or(0),
             };
             commands.push(self.write.invocation(&self.keys, &write));
@@ -313,18 +345,11 @@ impl Store {
         }
     }
 
-    fn state_key(&self, group: &Group<'_>, org: &str) -> String {
-        self.keys.aggregate(group.topic, org, group.aggregate_id)
-    }
-
-    fn decode_state(&self, group: &Group<'_>, org: &str, reply: &Value) -> Result<(u64, State), StoreError> {
-        let (seq, state): (Option<u64>, Option<String>) = redis::from_redis_value_ref(reply)?;
-        let state = match state {
-            Some(json) => State::decode(group.topic, &json)
-                .map_err(|e| StoreError::CorruptState { key: self.state_key(group, org), reason: e.to_string() })?,
-            None => State::new(group.topic),
-        };
-        Ok((seq.unwrap_or(0), state))
+    fn decode_state(&self, group: &Group<'_>, org: &str, replies: &[Value]) -> Result<(u64, State), StoreError> {
+        decode_state(group.topic, replies).map_err(|reason| StoreError::CorruptState {
+            key: self.keys.aggregate(group.topic, org, group.aggregate_id),
+            reason,
+        })
     }
 
     /// Runs a batch of commands, loading the write script first if Redis lost it (after a restart, a
@@ -341,9 +366,32 @@ impl Store {
     }
 }
 
-/// Reads an aggregate's stored sequence and state.
-fn hmget_state(key: String) -> Cmd {
-    let mut cmd = redis::cmd("HMGET");
-    cmd.arg(key).arg("seq").arg("state");
-    cmd
+/// The reads of an aggregate's stored sequence and state: the state's hash, and for an interview its
+/// document, from which a served one's state stored without it is read back. Read in every layout: a
+/// generation whose meta Redis lost reads as layout 1, and may hold such states written before.
+fn state_reads(keys: &Keyspace, topic: Topic, org: &str, id: &str) -> Vec<Cmd> {
+    let mut state = redis::cmd("HMGET");
+    state.arg(keys.aggregate(topic, org, id)).arg("seq").arg("state");
+    if topic != Topic::Interview {
+        return vec![state];
+    }
+    let mut document = redis::cmd("HGET");
+    document.arg(keys.interview_documents(org)).arg(id);
+    vec![state, document]
+}
+
+/// An aggregate's stored sequence and state from the replies to [`state_reads`] (the document's, if
+/// any, after the state's); an unreadable one says why.
+fn decode_state(topic: Topic, replies: &[Value]) -> Result<(u64, State), String> {
+    let (seq, state): (Option<u64>, Option<String>) =
+        redis::from_redis_value_ref(&replies[0]).map_err(|e| e.to_string())?;
+    let document: Option<String> = match replies.get(1) {
+        Some(reply) => redis::from_redis_value_ref(reply).map_err(|e| e.to_string())?,
+        None => None,
+    };
+    let state = match state {
+        Some(json) => stored::decode(topic, &json, document.as_deref()).map_err(|e| e.to_string())?,
+        None => State::new(topic),
+    };
+    Ok((seq.unwrap_or(0), state))
 }

@@ -38,6 +38,7 @@ impl Store {
                 _ => {}
             }
         }
+        let layout = self.layout().await?;
         let write = Write {
             topic,
             org,
@@ -48,6 +49,7 @@ impl Store {
             repair: Some(token),
             // What the organization is as of stays what its epoch says (the swap keeps it).
             as_of_micros: 0,
+            layout,
         };
         let command = self.write.invocation(&self.keys, &write);
         let reply = self.query(&[command]).await?.pop().expect("one reply");
@@ -56,15 +58,8 @@ impl Store {
 
     /// The stored sequence and state of one aggregate.
     pub async fn stored(&mut self, topic: Topic, org: &str, id: &str) -> Result<(u64, State), StoreError> {
-        let key = self.keys.aggregate(topic, org, id);
-        let reply = self.query(&[super::hmget_state(key.clone())]).await?.pop().expect("one reply");
-        let (seq, state): (Option<u64>, Option<String>) = redis::from_redis_value(reply)?;
-        let state = match state {
-            Some(json) => {
-                State::decode(topic, &json).map_err(|e| StoreError::CorruptState { key, reason: e.to_string() })?
-            }
-            None => State::new(topic),
-        };
-        Ok((seq.unwrap_or(0), state))
+        let replies = self.query(&super::state_reads(&self.keys, topic, org, id)).await?;
+        super::decode_state(topic, &replies)
+            .map_err(|reason| StoreError::CorruptState { key: self.keys.aggregate(topic, org, id), reason })
     }
 }

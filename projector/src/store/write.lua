@@ -81,7 +81,7 @@ end
 -- halfway would leave the state ahead of the index, and every retry would take the events for duplicates.
 if redis.acl_check_cmd then
   local may = redis.acl_check_cmd
-  local allowed = may('HSET', KEYS[1], 'seq', ARGV[2])
+  local allowed = may('HSET', KEYS[1], 'seq', ARGV[2]) and (#ARGV[3] > 64 or may('DEL', KEYS[1]))
   if ARGV[5] == 'set' then
     allowed = allowed and may('HSET', KEYS[3], ARGV[4], 'x')
   elseif ARGV[5] == 'delete' then
@@ -115,6 +115,12 @@ if redis.acl_check_cmd then
   end
 end
 local id = ARGV[4]
+-- A hash that once held a long value stays a hash table, about 300 bytes more than a listpack: a state
+-- short enough for one (a served interview's, from layout 2) is written into a new hash, which Redis keeps
+-- compact (the hash holds nothing else).
+if #ARGV[3] <= 64 then
+  redis.call('DEL', KEYS[1])
+end
 redis.call('HSET', KEYS[1], 'seq', ARGV[2], 'state', ARGV[3])
 if ARGV[5] == 'set' then
   redis.call('HSET', KEYS[3], id, ARGV[6])

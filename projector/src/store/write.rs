@@ -4,7 +4,7 @@
 use redis::{Cmd, Script, Value};
 use shared::{Keyspace, Topic};
 
-use crate::fold::{Folded, IndexChange, State, TranscriptChange, TRANSCRIPT_HEADER};
+use crate::fold::{stored, Folded, IndexChange, State, TranscriptChange, TRANSCRIPT_HEADER};
 
 const SOURCE: &str = include_str!("write.lua");
 
@@ -40,6 +40,8 @@ pub struct Write<'a> {
     /// The latest `occurredAt` of the events written, in microseconds since the Unix epoch (0: none): an
     /// organization's epoch carries the latest applied to it, which the API says its answers are as of.
     pub as_of_micros: i64,
+    /// The generation's layout, which decides how the state is stored ([`crate::fold::stored`]).
+    pub layout: u32,
 }
 
 impl Write<'_> {
@@ -112,7 +114,7 @@ impl WriteScript {
             (TranscriptChange::Keep, true) => ("keep", ""),
             (TranscriptChange::Delete, _) => ("delete", ""),
         };
-        let state = serde_json::to_string(&folded.state).expect("state always serializes");
+        let state = stored::encode(&folded.state, folded.document.as_deref(), w.layout);
         let mut invocation = redis::cmd("EVALSHA");
         invocation
             .arg(self.0.get_hash())

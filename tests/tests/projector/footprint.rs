@@ -1,10 +1,11 @@
-//! What the read model costs Redis: a served interview holds its data without room left to grow.
+//! What the read model costs Redis: a served interview holds its data without room left to grow, and its
+//! state holds only what its document does not (layout 2).
 
 use std::time::Duration;
 
 use end_to_end::events::event;
 use end_to_end::kafka::{self, Topics};
-use end_to_end::{redis, runner, unique};
+use end_to_end::{fixture, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
 use shared::{Keyspace, Topic};
@@ -75,5 +76,128 @@ async fn a_transcript_appended_message_by_message_is_kept_at_its_exact_size_once
     // headers), and the allocator rounds a block of these sizes up by at most a quarter.
     let most = (length + names) * 5 / 4 + 64 * INTERVIEWS as u64;
     assert!(used <= most, "{used} bytes used for {length} bytes of transcripts under {names} bytes of names");
+    running.stop().await;
+}
+
+/// An interview identified, given facets and a video, and completed; then hidden.
+fn served_then_hidden(org: &str, id: &str) -> (Vec<end_to_end::events::Outgoing>, end_to_end::events::Outgoing) {
+    let served = fixture::interview(org, id, "s1", "2026-04-01T10:00:00.123456789Z")
+        .then(
+            "interview.participant_identified",
+            "2026-04-01T10:01:00Z",
+            json!({"participantId": "p1", "firstName": "Zoë", "lastName": "Ångström"}),
+        )
+        .then(
+            "interview.facets_updated",
+            "2026-04-01T10:02:00Z",
+            json!({"facets": [{"label": "Topics", "values": ["search", "\"quoted\""]}]}),
+        )
+        .then("interview.video_stored", "2026-04-01T10:03:00Z", json!({"bucket": "b", "key": "v/1.mp4"}))
+        .then("interview.completed", "2026-04-01T10:04:00Z", json!({}));
+    let hidden = event(Topic::Interview, org, id, 6, "interview.hidden", "2026-04-01T10:05:00Z", json!({}));
+    (served.messages, hidden)
+}
+
+/// The stored `seq` and `state` of an interview, and its hash's encoding.
+async fn stored_state(
+    conn: &mut shared::connection::Connection,
+    keys: &Keyspace,
+    org: &str,
+    id: &str,
+) -> (u64, String, String) {
+    let key = keys.aggregate(Topic::Interview, org, id);
+    let (seq, state): (u64, String) =
+        redis::cmd("HMGET").arg(&key).arg("seq").arg("state").query_async(conn).await.unwrap();
+    let encoding = redis::Script::new("return redis.call('OBJECT', 'ENCODING', KEYS[1])");
+    (seq, state, encoding.key(&key).invoke_async(conn).await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_served_interview_keeps_only_what_its_document_does_not_hold_and_its_next_event_reads_the_rest() {
+    let org = unique("org");
+    let (served, hidden) = served_then_hidden(&org, "iv-1");
+    let topics = Topics::holding(&served[..1]).await;
+    let running = runner::spawn_caught_up(&topics, 1, WAIT).await;
+    let keys = Keyspace::new(running.prefix(), 1);
+    let mut conn = redis().await;
+    let (_, started, encoding) = stored_state(&mut conn, &keys, &org, "iv-1").await;
+    assert!(started.contains(r#""completed":false"#) && encoding == "hashtable", "{started}: {encoding}");
+    kafka::publish(&kafka::producer(), &topics, &served[1..]).await;
+    running.wait_until_consumed(served.len() as u64, WAIT).await;
+    let (seq, state, encoding) = stored_state(&mut conn, &keys, &org, "iv-1").await;
+    assert_eq!((seq, state.as_str()), (5, r#"{"served":true}"#), "the rest is the document's");
+    assert_eq!(encoding, "listpack", "a hash this small is kept compact, though it held a long state before");
+    let document: Option<String> = conn.hget(keys.interview_documents(&org), "iv-1").await.unwrap();
+    assert!(document.unwrap().contains("Zoë"), "the document holds the participant");
+
+    // Hidden, the interview is no longer served: its state is whole again, every field read back from the
+    // document it had.
+    kafka::publish(&kafka::producer(), &topics, std::slice::from_ref(&hidden)).await;
+    running.wait_until_consumed(served.len() as u64 + 1, WAIT).await;
+    let (seq, state, _) = stored_state(&mut conn, &keys, &org, "iv-1").await;
+    assert_eq!(seq, 6);
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["created_at"], "2026-04-01T10:00:00.123456789Z", "to the nanosecond");
+    assert_eq!(state["participant"], json!({"id": "p1", "name": "Zoë Å."}));
+    assert_eq!(state["facets"], json!([{"label": "Topics", "values": ["search", "\"quoted\""]}]));
+    assert_eq!(state["video"], json!({"bucket": "b", "key": "v/1.mp4"}));
+    assert_eq!((&state["completed"], &state["hidden"], &state["study_id"]), (&json!(true), &json!(true), &json!("s1")));
+    let document: Option<String> = conn.hget(keys.interview_documents(&org), "iv-1").await.unwrap();
+    assert_eq!(document, None, "a hidden interview is not served");
+    running.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_of_layout_one_gets_whole_states_from_this_release() {
+    let org = unique("org");
+    let (served, _) = served_then_hidden(&org, "iv-1");
+    let started = vec![served[0].clone()];
+    let topics = Topics::holding(&started).await;
+    let first = runner::spawn_caught_up(&topics, 1, WAIT).await;
+    let (prefix, group) = (first.prefix().to_string(), first.group().to_string());
+    first.stop().await;
+    // As the last release wrote it: layout 1.
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let mut conn = redis().await;
+    let _: () = conn.hset(keys.meta(), shared::layout::FIELD, "1").await.unwrap();
+    let running = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    kafka::publish(&kafka::producer(), &topics, &served[1..]).await;
+    running.wait_until_consumed(served.len() as u64 - 1, WAIT).await;
+    let served_events = served.len() as u64;
+    let (seq, state, _) = stored_state(&mut conn, &keys, &org, "iv-1").await;
+    assert_eq!(seq, 5);
+    assert!(state.contains(r#""participant":{"id":"p1""#), "a release that reads layout 1 only reads it: {state}");
+    let served: u64 = conn.zcard(keys.interviews(&org, "s1")).await.unwrap();
+    assert_eq!(served, 1);
+    running.stop().await;
+    // The same events built in layout 2 store the state without what the document holds, and digest alike.
+    let scratch = runner::build_from_scratch(&topics, served_events).await;
+    let (_, compact, _) = stored_state(&mut conn, &scratch, &org, "iv-1").await;
+    assert_eq!(compact, r#"{"served":true}"#);
+    assert_eq!(runner::digest(&keys).await, runner::digest(&scratch).await, "a state is digested whole");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_that_finds_the_generations_layout_gone_still_reads_a_served_state_from_its_document() {
+    let org = unique("org");
+    let (served, hidden) = served_then_hidden(&org, "iv-1");
+    let topics = Topics::holding(&served).await;
+    let first = runner::spawn_caught_up(&topics, served.len() as u64, WAIT).await;
+    let (prefix, group) = (first.prefix().to_string(), first.group().to_string());
+    first.stop().await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let mut conn = redis().await;
+    assert_eq!(stored_state(&mut conn, &keys, &org, "iv-1").await.1, r#"{"served":true}"#);
+    // Redis lost the meta (it reads as layout 1 now), not the interview's keys.
+    let _: () = conn.hdel(keys.meta(), shared::layout::FIELD).await.unwrap();
+    let running = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    kafka::publish(&kafka::producer(), &topics, std::slice::from_ref(&hidden)).await;
+    running.wait_until_consumed(1, WAIT).await;
+    let stats = running.snapshot();
+    assert_eq!((stats.dead_lettered, stats.refused), (0, 0), "{stats:?}");
+    let (seq, state, _) = stored_state(&mut conn, &keys, &org, "iv-1").await;
+    assert_eq!(seq, 6, "the event was applied");
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    assert_eq!((&state["hidden"], &state["participant"]["id"]), (&json!(true), &json!("p1")), "{state}");
     running.stop().await;
 }
