@@ -82,9 +82,13 @@ async fn main() -> Result<()> {
                 let served: Vec<String> = conn.zrange(key, 0, -1).await?;
                 interviews += served.len() as u64;
                 let base = key.rsplit_once("}:").map_or(key.as_str(), |(base, _)| base);
+                // One round trip per study.
+                let mut lengths = redis::pipe();
                 for id in served {
-                    served_transcript_bytes += conn.strlen::<_, u64>(format!("{base}}}:transcript:{id}")).await?;
+                    lengths.strlen(format!("{base}}}:transcript:{id}"));
                 }
+                let lengths: Vec<u64> = lengths.query_async(&mut conn).await?;
+                served_transcript_bytes += lengths.iter().sum::<u64>();
             } else if tail == ":interview-docs" {
                 let documents: Vec<Vec<u8>> = conn.hvals(key).await?;
                 document_bytes += documents.iter().map(|d| d.len() as u64).sum::<u64>();

@@ -39,6 +39,11 @@ pub enum StoredError {
     NotServed,
 }
 
+/// Whether a stored state is a served interview's, stored without what its document holds.
+pub fn is_served(stored: &[u8]) -> bool {
+    stored.starts_with(SERVED.as_bytes())
+}
+
 /// The state as stored in a generation of `layout`, beside `document` (the one the same write stores).
 pub fn encode(state: &State, document: Option<&str>, layout: u32) -> String {
     if let (State::Interview(interview), Some(document)) = (state, document) {
@@ -59,7 +64,7 @@ pub fn encode(state: &State, document: Option<&str>, layout: u32) -> String {
 /// A stored state of `topic`, with the aggregate's stored document if it has one (only a served
 /// interview's state needs it).
 pub fn decode(topic: Topic, stored: &str, document: Option<&str>) -> Result<State, StoredError> {
-    if topic != Topic::Interview || !stored.starts_with(SERVED) {
+    if topic != Topic::Interview || !is_served(stored.as_bytes()) {
         return Ok(State::decode(topic, stored)?);
     }
     let served: Served = serde_json::from_str(stored)?;

@@ -139,7 +139,7 @@ async fn whole_states(
     values: &mut [Vec<Vec<u8>>],
 ) -> RedisResult<()> {
     // The sorted field-value pairs of a state's hash: `seq`, its value, `state`, its value.
-    let served = |parts: &[Vec<u8>]| parts.len() == 4 && parts[2] == b"state" && parts[3].starts_with(br#"{"served":"#);
+    let served = |parts: &[Vec<u8>]| parts.len() == 4 && parts[2] == b"state" && stored::is_served(&parts[3]);
     let found: Vec<(usize, String, &str)> = names
         .iter()
         .enumerate()
