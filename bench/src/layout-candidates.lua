@@ -53,16 +53,25 @@ end)
 local per_org = drop(scratch .. ':{*}:states')
 local per_org_stripped = drop(scratch .. ':{*}:stripped')
 
--- Owners: one string per aggregate now; (e) in 4,096 and (f) in 65,536 hashes, by the first hex digits of
--- the SHA-1 of the aggregate's id.
+-- Owners: one string per aggregate (up to layout 2) or fields of 32,768 hashes per aggregate type (from
+-- layout 3) now; (e) in 4,096 and (f) in 65,536 hashes, by the first hex digits of the SHA-1 of the
+-- aggregate's id.
 local owners = 0
-scan(base .. ':owner:*', function(key)
-  owners = owners + usage(key)
-  local id = string.match(key, ':owner:[^:]*:(.*)$')
-  local org = redis.call('GET', key)
+local function candidate(id, org)
   local digest = redis.sha1hex(id)
   redis.call('HSET', scratch .. ':owners3:{' .. string.sub(digest, 1, 3) .. '}', id, org)
   redis.call('HSET', scratch .. ':owners4:{' .. string.sub(digest, 1, 4) .. '}', id, org)
+end
+scan(base .. ':owner:*', function(key)
+  owners = owners + usage(key)
+  candidate(string.match(key, ':owner:[^:]*:(.*)$'), redis.call('GET', key))
+end)
+scan(base .. ':owners:*', function(key)
+  owners = owners + usage(key)
+  local fields = redis.call('HGETALL', key)
+  for i = 1, #fields, 2 do
+    candidate(fields[i], fields[i + 1])
+  end
 end)
 local owners_4096 = drop(scratch .. ':owners3:*')
 local owners_65536 = drop(scratch .. ':owners4:*')

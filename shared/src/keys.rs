@@ -12,7 +12,8 @@
 //! | `P:gN:meta` | hash | when and by which consumer group generation N was built, and its `layout` version |
 //! | `P:gN:{position-T}:position` | hash | per partition, one past the last offset this primary applied (one key per primary, `T` a tag in its slots), and `opened`: made before anything is written there, so that a primary without it lost its data |
 //! | `P:gN:healing` | hash | per partition being projected again after a loss: the offset to reach and the loss's id |
-//! | `P:gN:owner:<aggregate>:<id>` | string | the organization recorded for an aggregate |
+//! | `P:gN:owner:<aggregate>:<id>` | string | up to layout 2: the organization recorded for an aggregate |
+//! | `P:gN:owners:<aggregate>:<bucket>` | hash | from layout 3: id → the organization recorded for each aggregate whose id falls in the bucket (`shared::owners`) |
 //! | `P:gN:{<org>}:study:<id>` | hash | `seq`, `state`: the projector's state of a study |
 //! | `P:gN:{<org>}:studies` | sorted set | completed studies, score `completedAt` in µs, member id |
 //! | `P:gN:{<org>}:study-docs` | hash | id → document of each completed study |
@@ -206,8 +207,23 @@ impl Keyspace {
         format!("{}:{{{}}}", self.base(), escape(org))
     }
 
+    /// An aggregate's owner as a key of its own (up to layout 2, see [`crate::owners`]).
     pub fn owner(&self, topic: Topic, id: &str) -> String {
         format!("{}:owner:{}:{id}", self.base(), topic.aggregate())
+    }
+
+    /// One of the hashes that hold an aggregate type's owners, a field each (from layout 3, see
+    /// [`crate::owners`]).
+    pub fn owners(&self, topic: Topic, bucket: u16) -> String {
+        format!("{}:owners:{}:{bucket}", self.base(), topic.aggregate())
+    }
+
+    /// The aggregate type whose owners `key` holds, if it is one of [`Keyspace::owners`].
+    pub fn owners_of(&self, key: &str) -> Option<Topic> {
+        let rest = key.strip_prefix(self.base().as_str())?.strip_prefix(":owners:")?;
+        let (aggregate, bucket) = rest.split_once(':')?;
+        bucket.parse::<u16>().ok()?;
+        Topic::ALL.into_iter().find(|topic| topic.aggregate() == aggregate)
     }
 
     /// The state hash of an aggregate: in its organization's slot, or the API-key slot for keys.
@@ -428,6 +444,13 @@ mod tests {
         assert_eq!(ks.aggregate(Topic::Study, "o", "s"), "rm:g7:{o}:study:s");
         assert_eq!(ks.transcript("o", "i:1"), "rm:g7:{o}:transcript:i:1");
         assert!(ks.owner(Topic::Interview, "i").starts_with("rm:g7:"));
+        assert_eq!(ks.owners(Topic::Interview, 31), "rm:g7:owners:interview:31");
+        for topic in Topic::ALL {
+            assert_eq!(ks.owners_of(&ks.owners(topic, 32_767)), Some(topic));
+            assert_eq!(ks.owners_of(&ks.at(8).owners(topic, 0)), None, "another generation's");
+            assert_eq!(ks.owners_of(&ks.owner(topic, "1")), None);
+        }
+        assert_eq!(ks.owners_of("rm:g7:owners:interview:x"), None);
         for (org, id) in [("o", "i:1"), ("a}b{c", "x}y"), ("%7D", "")] {
             let state = ks.aggregate(Topic::Interview, org, id);
             assert_eq!(ks.documents_of_interview_state(&state), Some((ks.interview_documents(org), id)), "{state}");

@@ -12,19 +12,20 @@
 //! |---|---|
 //! | 1 | the keys of `keys.rs`, every state stored whole as JSON |
 //! | 2 | a served interview's state stored as `{"served":true}` (and its gaps), the rest read from its document |
+//! | 3 | owners as fields of shared hashes (`owners:<aggregate>:<bucket>`) rather than a key each (`crate::owners`) |
 //!
-//! A build reads the layout before its own: the API reads nothing that layout 2 changed, and the projector
-//! reads both forms of a state and writes a generation in the layout it has (a generation of layout 1 gets
-//! whole states), so a release that writes layout 2 is rolled out like any other and saves its memory
-//! from its first rebuild on.
+//! A build reads the layouts before its own: the API reads nothing that layouts 2 and 3 changed, and the
+//! projector reads both forms of a state and writes a generation in the layout it has (a generation of
+//! layout 1 gets whole states, one of layout 1 or 2 owners as keys), so a release that writes a new layout
+//! is rolled out like any other and saves its memory from its first rebuild on.
 
 use std::ops::RangeInclusive;
 
 /// The layout this build writes.
-pub const LAYOUT: u32 = 2;
+pub const LAYOUT: u32 = 3;
 
 /// The layouts this build reads.
-pub const READS: RangeInclusive<u32> = 1..=2;
+pub const READS: RangeInclusive<u32> = 1..=3;
 
 /// The field of a generation's meta hash that holds its layout.
 pub const FIELD: &str = "layout";
@@ -63,11 +64,12 @@ mod tests {
         assert_eq!(check(3, None, "projector"), Ok(1));
         assert_eq!(check(3, Some("1"), "projector"), Ok(1));
         assert_eq!(check(3, Some("2"), "projector"), Ok(2));
-        for found in ["3", "0", "v1", ""] {
+        assert_eq!(check(3, Some("3"), "projector"), Ok(3));
+        for found in ["4", "0", "v1", ""] {
             let refused = check(7, Some(found), "query API").expect_err(found);
             let line = refused.to_string();
             assert!(line.contains(&format!("layout version {found};")), "{line}");
-            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 2"), "{line}");
+            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 3"), "{line}");
             assert!(!line.contains('\n'), "one line");
         }
     }

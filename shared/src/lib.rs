@@ -8,7 +8,8 @@
 //! - What crosses the bus and the store: [`events`] (the event contract and its decoder), [`documents`]
 //!   (what the projector stores and the API serves), [`keys`] (every Redis key name), [`time`] (one format
 //!   and one order for timestamps), [`projectors`] (the report each live projector keeps in Redis),
-//!   [`layout`] (the read model's layout version, which both binaries check before they use a generation).
+//!   [`layout`] (the read model's layout version, which both binaries check before they use a generation),
+//!   [`owners`] (where each aggregate's organization is recorded, by layout).
 //! - Healing: [`loss`] (a loss of data, as the projector names it in healing entries and the API reads it
 //!   back) and [`scope`] (which slots it touched).
 //! - Redis for both binaries (feature `connection`): `connection` (one server or a cluster),
@@ -35,6 +36,7 @@ pub mod layout;
 pub mod lease;
 pub mod log_every;
 pub mod loss;
+pub mod owners;
 #[cfg(feature = "process")]
 pub mod process;
 pub mod projectors;

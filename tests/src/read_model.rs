@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::AsyncCommands;
 use serde_json::Value;
 use shared::connection::Connection;
+use shared::owners::Record;
 use shared::{Keyspace, Topic};
 
 use crate::events::Outgoing;
@@ -54,11 +55,18 @@ fn parse(doc: Option<String>) -> Value {
     doc.map(|d| serde_json::from_str(&d).expect("document is JSON")).unwrap_or(Value::Null)
 }
 
-/// Waits until the projector writing `keys` has reached the aggregate of `message` (its owner key
-/// exists), or fails the test, saying it waited for `what`, after `timeout`.
+/// Waits until the projector writing `keys` (in this build's layout) has reached the aggregate of
+/// `message` (its owner is recorded), or fails the test, saying it waited for `what`, after `timeout`.
 pub async fn wait_until_reached(conn: &Connection, keys: &Keyspace, message: &Outgoing, timeout: Duration, what: &str) {
-    let owner = keys.owner(message.topic, &message.key);
-    eventually(timeout, what, || async { conn.clone().exists::<_, bool>(&owner).await.unwrap().then_some(()) }).await
+    let read = match Record::of(keys, message.topic, &message.key, shared::layout::LAYOUT) {
+        Record::Key(key) => redis::cmd("GET").arg(key).clone(),
+        Record::Field { hash, id } => redis::cmd("HGET").arg(hash).arg(id).clone(),
+    };
+    eventually(timeout, what, || async {
+        let owner: Option<String> = read.query_async(&mut conn.clone()).await.unwrap();
+        owner.map(|_| ())
+    })
+    .await
 }
 
 /// Waits until every aggregate of `scenario` is at its last sequence in `keys`, or fails the test after

@@ -30,9 +30,15 @@ const CANDIDATES: &str = include_str!("../layout-candidates.lua");
 /// Which record a key is there for, from its name (see `shared::keys`).
 fn kind(key: &str) -> &'static str {
     let tail = key.rsplit_once('}').map_or(key, |(_, tail)| tail);
-    if key.contains(":owner:study:") || tail.starts_with(":study:") || tail == ":studies" || tail == ":study-docs" {
+    if key.contains(":owner:study:")
+        || key.contains(":owners:study:")
+        || tail.starts_with(":study:")
+        || tail == ":studies"
+        || tail == ":study-docs"
+    {
         "study"
     } else if key.contains(":owner:interview:")
+        || key.contains(":owners:interview:")
         || tail.starts_with(":interview:")
         || tail.starts_with(":interviews:")
         || tail == ":interview-docs"

@@ -37,6 +37,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use shared::connection::Connection;
 use shared::lease::Lease;
+use shared::owners::Record;
 use shared::{Keyspace, Topic};
 
 use crate::config::Config;
@@ -123,7 +124,9 @@ async fn repair(
         Target::Aggregate(topic, _) => vec![*topic],
     };
     let owner = match &target {
-        Target::Aggregate(topic, id) => redis::cmd("GET").arg(keys.owner(*topic, id)).query_async(conn).await?,
+        Target::Aggregate(topic, id) => {
+            store::owners::read(&Record::of(keys, *topic, id, layout)).query_async(conn).await?
+        }
         Target::Organization(_) => None,
     };
     let mut collected = Collected::new(target.clone(), owner);
@@ -141,7 +144,7 @@ async fn repair(
     report.organization = org.clone();
     let mut claimed = BTreeSet::new();
     let mut others = BTreeSet::new();
-    claim(conn, keys, &org, &collected.aggregates, &mut claimed, &mut others).await?;
+    claim(conn, keys, layout, &org, &collected.aggregates, &mut claimed, &mut others).await?;
     let organization = matches!(target, Target::Organization(_));
     let (mut staged, mut live) = (Staged::new(), BTreeSet::new());
     if organization {
@@ -163,7 +166,7 @@ async fn repair(
         let read_before = report.events_read;
         read_on(&mut reader, &mut marks, &mut total, &mut report.events_read, &mut collected, &mut touched, progress)?;
         tracing::info!(organization = %org, events = report.events_read - read_before, "read on under the hold");
-        claim(conn, keys, &org, &collected.aggregates, &mut claimed, &mut others).await?;
+        claim(conn, keys, layout, &org, &collected.aggregates, &mut claimed, &mut others).await?;
         tracing::info!(elapsed = ?started.elapsed(), "read on under the hold and claimed");
         let outcome = if organization {
             let touched: Vec<_> = touched.into_iter().collect();
@@ -278,6 +281,7 @@ fn refused(e: StoreError) -> Error {
 async fn claim(
     conn: &mut Connection,
     keys: &Keyspace,
+    layout: u32,
     org: &str,
     aggregates: &Aggregates,
     claimed: &mut BTreeSet<(Topic, String)>,
@@ -285,7 +289,7 @@ async fn claim(
 ) -> Result<(), Error> {
     let new: Vec<(Topic, String)> = aggregates.keys().filter(|a| !claimed.contains(*a)).cloned().collect();
     for chunk in new.chunks(1000) {
-        let owned = staging::claim_owners(conn, keys, org, chunk).await?;
+        let owned = staging::claim_owners(conn, keys, layout, org, chunk).await?;
         for aggregate in &owned {
             tracing::warn!(aggregate = %aggregate.1, "another organization owns this aggregate; left alone");
         }

@@ -7,6 +7,7 @@
 use std::collections::BTreeSet;
 
 use serde::Serialize;
+use shared::owners::Record;
 use shared::{decode, Decoded, Keyspace};
 
 use super::{self as repair, Progress, Target};
@@ -44,6 +45,7 @@ pub async fn after_replay(config: &Config, letters: &[DeadLetter], progress: Pro
     let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
     store::check_layout(&mut conn, &keys).await?;
     let mut store = Store::new(conn.clone(), keys.clone());
+    let layout = store.layout().await.map_err(|e| Error::Refused(e.to_string()))?;
     let mut moved_on = BTreeSet::new();
     for letter in letters {
         let Some(topic) = config.topic_of(&letter.topic) else {
@@ -63,7 +65,8 @@ pub async fn after_replay(config: &Config, letters: &[DeadLetter], progress: Pro
             }
         };
         let (id, org) = (&event.envelope.aggregate_id, &event.envelope.organization_id);
-        let owner: Option<String> = redis::cmd("GET").arg(keys.owner(topic, id)).query_async(&mut conn).await?;
+        let record = Record::of(&keys, topic, id, layout);
+        let owner: Option<String> = store::owners::read(&record).query_async(&mut conn).await?;
         if owner.as_ref().is_some_and(|owner| owner != org) {
             redriven.refused += 1;
             continue;

@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use redis::{Cmd, Script, Value};
 use shared::connection::Connection;
 use shared::lease::{Lease, OnLapse};
+use shared::owners::Record;
 use shared::{Keyspace, Topic};
 
 use crate::fold::{stored, Folded, IndexChange, State, TranscriptChange, TRANSCRIPT_HEADER};
-use crate::store::{ReplyError, StoreError};
+use crate::store::{owners, ReplyError, StoreError};
 
 /// How long a hold lasts unless renewed: a repair that died releases the organization within this.
 pub const HOLD_TTL: Duration = Duration::from_secs(10);
@@ -105,22 +106,21 @@ pub async fn take(
 pub async fn claim_owners(
     conn: &mut Connection,
     keys: &Keyspace,
+    layout: u32,
     org: &str,
     aggregates: &[(Topic, String)],
 ) -> redis::RedisResult<BTreeSet<(Topic, String)>> {
-    let commands: Vec<Cmd> = aggregates
-        .iter()
-        .map(|(topic, id)| {
-            let mut set = redis::cmd("SET");
-            set.arg(keys.owner(*topic, id)).arg(org).arg("NX").arg("GET");
-            set
-        })
-        .collect();
+    let claims: Vec<Vec<Cmd>> =
+        aggregates.iter().map(|(topic, id)| owners::claim(&Record::of(keys, *topic, id, layout), org)).collect();
+    let replies = conn.query_all(&claims.concat()).await?;
     let mut others = BTreeSet::new();
-    for chunk in aggregates.iter().zip(conn.query_all(&commands).await?) {
-        let owner: Option<String> = redis::from_redis_value(chunk.1)?;
+    let mut end = 0;
+    for (aggregate, claim) in aggregates.iter().zip(&claims) {
+        end += claim.len();
+        // The last reply of each claim names the owner.
+        let owner: Option<String> = redis::from_redis_value_ref(&replies[end - 1])?;
         if owner.is_some_and(|o| o != org) {
-            others.insert(chunk.0.clone());
+            others.insert(aggregate.clone());
         }
     }
     Ok(others)

@@ -4,7 +4,8 @@
 //! healing entries) is left out. A state is digested whole, however it is stored: a served interview's
 //! state stored without what its document holds (layout 2) is read back from its document first, so a
 //! generation written partly in each form (a projector of the release before, or a generation whose meta
-//! Redis lost, writes whole states) digests like one written in either.
+//! Redis lost, writes whole states) digests like one written in either. Owners are digested a record each,
+//! as the key each was up to layout 2, whichever form holds them ([`shared::owners`]).
 
 use redis::{Cmd, RedisResult};
 use sha2::{Digest as _, Sha256};
@@ -63,19 +64,33 @@ async fn compute(conn: &mut Connection, keys: &Keyspace, names: Vec<String>) -> 
             if kind == "none" {
                 continue;
             }
-            let mut hasher = Sha256::new();
-            field(&mut hasher, &name.as_bytes()[strip..]);
-            field(&mut hasher, kind.as_bytes());
-            for part in parts {
-                field(&mut hasher, &part);
+            if let Some(topic) = keys.owners_of(name).filter(|_| kind == "hash") {
+                // Each field as the owner's own key would be: its name, `string`, the organization.
+                for pair in parts.chunks(2) {
+                    let record = keys.owner(topic, &String::from_utf8_lossy(&pair[0]));
+                    add(&mut acc, &record.as_bytes()[strip..], b"string", &pair[1..]);
+                    count += 1;
+                }
+                continue;
             }
-            for (a, b) in acc.iter_mut().zip(hasher.finalize()) {
-                *a ^= b;
-            }
+            add(&mut acc, &name.as_bytes()[strip..], kind.as_bytes(), &parts);
             count += 1;
         }
     }
     Ok(Digest { keys: count, sha256: hex::encode(acc) })
+}
+
+/// XORs one key's SHA-256 (its name, type and value's parts) into the digest.
+fn add(acc: &mut [u8; 32], name: &[u8], kind: &[u8], parts: &[Vec<u8>]) {
+    let mut hasher = Sha256::new();
+    field(&mut hasher, name);
+    field(&mut hasher, kind);
+    for part in parts {
+        field(&mut hasher, part);
+    }
+    for (a, b) in acc.iter_mut().zip(hasher.finalize()) {
+        *a ^= b;
+    }
 }
 
 fn field(hasher: &mut Sha256, bytes: &[u8]) {

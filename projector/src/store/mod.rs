@@ -2,7 +2,7 @@
 //! trips per batch and one atomic script per aggregate in its organization's slot, so no reader and no
 //! crash sees half an event. Also the generations' bookkeeping and the digest.
 //!
-//! Per batch: (1) record each aggregate's organization (`SET NX GET`, the first one wins) and read its
+//! Per batch: (1) record each aggregate's organization (the first one wins, [`owners`]) and read its
 //! state; (2) fold the events in memory ([`crate::fold`]); (3) write each aggregate with the script
 //! ([`write`]), which checks the stored sequence is still the one the fold started from. A mismatch
 //! (another instance applied events meanwhile, e.g. during a rebalance) re-reads and re-folds that
@@ -17,6 +17,7 @@ mod error;
 mod generation;
 mod guard;
 mod late;
+pub mod owners;
 pub mod position;
 mod repaired;
 mod write;
@@ -25,6 +26,7 @@ use std::collections::HashSet;
 
 use redis::{Cmd, Value};
 use shared::connection::Connection;
+use shared::owners::Record;
 use shared::{Event, Keyspace, Topic};
 
 pub use digest::Digest;
@@ -144,7 +146,7 @@ impl Store {
             return Ok(applied);
         }
         let layout = self.layout().await?;
-        let mut pending = self.resolve_owners(groups, &mut applied).await?;
+        let mut pending = self.resolve_owners(groups, layout, &mut applied).await?;
         // The aggregates that got an event late for a gap, remembered once every write is done.
         let mut late = Vec::new();
         let mut attempts = 0;
@@ -183,26 +185,29 @@ impl Store {
     async fn resolve_owners<'a>(
         &mut self,
         groups: &'a [Group<'a>],
+        layout: u32,
         applied: &mut Applied<'a>,
     ) -> Result<Vec<Pending<'a>>, StoreError> {
-        let mut commands = Vec::with_capacity(groups.len() * 3);
+        let mut commands = Vec::with_capacity(groups.len() * 4);
+        // Per group: how many commands claim its owner, and where its replies end.
         let mut ends = Vec::with_capacity(groups.len());
         for group in groups {
             let first = &group.events[0].envelope.organization_id;
-            let mut set = redis::cmd("SET");
-            set.arg(self.keys.owner(group.topic, group.aggregate_id)).arg(first).arg("NX").arg("GET");
-            commands.push(set);
+            let record = Record::of(&self.keys, group.topic, group.aggregate_id, layout);
+            let claim = owners::claim(&record, first);
+            let claimed = claim.len();
+            commands.extend(claim);
             commands.extend(state_reads(&self.keys, group.topic, first, group.aggregate_id));
-            ends.push(commands.len());
+            ends.push((claimed, commands.len()));
         }
         let replies = self.query(&commands).await?;
         let mut pending = Vec::with_capacity(groups.len());
         let mut start = 0;
-        for (group, end) in groups.iter().zip(ends) {
-            let replies = &replies[start..end];
+        for (group, (claimed, end)) in groups.iter().zip(ends) {
+            let (claim, states) = replies[start..end].split_at(claimed);
             start = end;
             let first = group.events[0].envelope.organization_id.as_str();
-            let owner: Option<String> = redis::from_redis_value_ref(&replies[0])?;
+            let owner: Option<String> = redis::from_redis_value_ref(&claim[claimed - 1])?;
             // The recorded owner, as a string that lives as long as the batch: an event's (with none of
             // the batch's events of that organization, every event is refused).
             let org = match owner {
@@ -223,7 +228,7 @@ impl Store {
                 );
             }
             let Some(org) = org else { continue };
-            let loaded = if org == first { Some(self.decode_state(group, org, &replies[1..])?) } else { None };
+            let loaded = if org == first { Some(self.decode_state(group, org, states)?) } else { None };
             pending.push(Pending { group, org, events, loaded });
         }
         Ok(pending)

@@ -36,7 +36,8 @@ async fn a_generation_written_before_layouts_were_recorded_is_layout_one_to_both
     let mut conn = redis().await;
     let meta = Keyspace::new(world.prefix.clone(), generation).meta();
     let written: Option<String> = redis::cmd("HGET").arg(&meta).arg("layout").query_async(&mut conn).await.unwrap();
-    assert_eq!(written.as_deref(), Some("2"), "a new read model records its layout before it is served");
+    let layout = shared::layout::LAYOUT.to_string();
+    assert_eq!(written, Some(layout), "a new read model records its layout before it is served");
     // The field gone, as in a read model written before it existed: both binaries start on it and use it.
     set_layout(&world.prefix, generation, None).await;
     let api = spawn_app(config(&world.prefix, &env("REDIS_URL"))).await;
@@ -67,7 +68,9 @@ async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_by_comm
 
     // A newer layout (as a newer projector's rebuild would write): an API that starts on it serves nothing
     // of it and is not ready; a projector refuses to start, with one line naming both versions.
-    set_layout(&prefix, generation, Some("3")).await;
+    let unread = (shared::layout::READS.end() + 1).to_string();
+    let reads = format!("reads version {} to {}", shared::layout::READS.start(), shared::layout::READS.end());
+    set_layout(&prefix, generation, Some(&unread)).await;
     let starting = spawn_app(config(&prefix, &env("REDIS_URL"))).await;
     for _ in 0..5 {
         assert_eq!(status(&starting).await, 503, "a layout it does not read is not served");
@@ -77,7 +80,10 @@ async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_by_comm
     assert!(ready.text().await.unwrap().contains("layout"), "readiness says why");
     let refused = runner::run(runner::config(&topics, &prefix, &unique("g"))).await.expect_err("refused at start");
     let line = refused.to_string();
-    assert!(line.contains("layout version 3;") && line.contains("projector reads version 1 to 2"), "{line}");
+    assert!(
+        line.contains(&format!("layout version {unread};")) && line.contains(&format!("projector {reads}")),
+        "{line}"
+    );
     assert!(!line.contains('\n'), "one line: {line}");
     // The operator's commands: those that use the generation refuse with the same line; `status`, which an
     // operator asks first, says which layout it found and that this build does not read it.
@@ -88,16 +94,20 @@ async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_by_comm
             tokio::task::spawn_blocking(move || runner::output_within(run, Duration::from_secs(60))).await.unwrap();
         let said = String::from_utf8_lossy(&output.stderr);
         assert!(!output.status.success(), "{command:?} refuses: {said}");
-        let line =
-            said.lines().find(|l| l.contains("layout version 3;")).unwrap_or_else(|| panic!("{command:?}: {said}"));
-        assert!(line.contains("projector reads version 1 to 2"), "{command:?}: {line}");
+        let line = said
+            .lines()
+            .find(|l| l.contains(&format!("layout version {unread};")))
+            .unwrap_or_else(|| panic!("{command:?}: {said}"));
+        assert!(line.contains(&format!("projector {reads}")), "{command:?}: {line}");
     }
     let (code, json) = runner::status_of(&topics, &prefix, &group, &["-o", "json"], Duration::from_secs(60)).await;
     assert_eq!(code, 5, "a layout this projector does not read: {json}");
     let json: serde_json::Value = serde_json::from_str(&json).expect("status is JSON");
-    assert_eq!((&json["activeLayout"], &json["layoutRead"]), (&serde_json::json!("3"), &serde_json::json!(false)));
+    assert_eq!((&json["activeLayout"], &json["layoutRead"]), (&serde_json::json!(unread), &serde_json::json!(false)));
     let (_, text) = runner::status_of(&topics, &prefix, &group, &[], Duration::from_secs(60)).await;
-    assert!(text.contains("layout: 3, which this projector does not read (it reads 1 to 2)"), "{text}");
+    let (first, last) = (shared::layout::READS.start(), shared::layout::READS.end());
+    let said = format!("layout: {unread}, which this projector does not read (it reads {first} to {last})");
+    assert!(text.contains(&said), "{text}");
     // The API that served the generation before goes on: a generation's layout never changes under it.
     assert_eq!(status(&app).await, 200);
     // Back to a layout it reads, the new API serves it.
@@ -110,7 +120,7 @@ async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_by_comm
     // A switch to a generation of a layout neither reads: the live projector stops with the line rather
     // than write into it, and the API answers 503 rather than serve it (or the generation before).
     let next = generation + 1;
-    set_layout(&prefix, next, Some("3")).await;
+    set_layout(&prefix, next, Some(&unread)).await;
     let mut conn = redis().await;
     let _: () =
         redis::cmd("SET").arg(Keyspace::active_generation(&prefix)).arg(next).query_async(&mut conn).await.unwrap();
@@ -120,7 +130,10 @@ async fn a_layout_neither_binary_reads_is_refused_with_one_line_at_start_by_comm
     .await;
     let ended = tokio::time::timeout(Duration::from_secs(30), projector.ended()).await.expect("the projector stops");
     let line = ended.expect_err("with an error").to_string();
-    assert!(line.contains(&format!("generation {next}")) && line.contains("layout version 3;"), "{line}");
+    assert!(
+        line.contains(&format!("generation {next}")) && line.contains(&format!("layout version {unread};")),
+        "{line}"
+    );
     for _ in 0..5 {
         assert_eq!(status(&app).await, 503);
     }

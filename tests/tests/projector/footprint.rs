@@ -1,5 +1,6 @@
-//! What the read model costs Redis: a served interview holds its data without room left to grow, and its
-//! state holds only what its document does not (layout 2).
+//! What the read model costs Redis: a served interview holds its data without room left to grow, its
+//! state holds only what its document does not (layout 2), and owners are fields of shared hashes
+//! (layout 3).
 
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use end_to_end::kafka::{self, Topics};
 use end_to_end::{fixture, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
+use shared::owners::Record;
 use shared::{Keyspace, Topic};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -147,8 +149,16 @@ async fn a_served_interview_keeps_only_what_its_document_does_not_hold_and_its_n
     running.stop().await;
 }
 
+/// The owner recorded for an interview, as a key of its own and as a field of a shared hash.
+async fn owner_records(conn: &mut shared::connection::Connection, keys: &Keyspace, id: &str) -> [Option<String>; 2] {
+    let key: Option<String> = conn.get(keys.owner(Topic::Interview, id)).await.unwrap();
+    let Record::Field { hash, id } = Record::of(keys, Topic::Interview, id, 3) else { unreachable!("layout 3") };
+    let field: Option<String> = conn.hget(&hash, &id).await.unwrap();
+    [key, field]
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_generation_of_layout_one_gets_whole_states_from_this_release() {
+async fn a_generation_of_layout_one_gets_whole_states_and_owner_keys_from_this_release_and_digests_alike() {
     let org = unique("org");
     let (served, _) = served_then_hidden(&org, "iv-1");
     let started = vec![served[0].clone()];
@@ -156,10 +166,14 @@ async fn a_generation_of_layout_one_gets_whole_states_from_this_release() {
     let first = runner::spawn_caught_up(&topics, 1, WAIT).await;
     let (prefix, group) = (first.prefix().to_string(), first.group().to_string());
     first.stop().await;
-    // As the last release wrote it: layout 1.
+    // As the last release wrote it: layout 1, the owner a key of its own.
     let keys = Keyspace::new(prefix.clone(), 1);
     let mut conn = redis().await;
     let _: () = conn.hset(keys.meta(), shared::layout::FIELD, "1").await.unwrap();
+    let [_, owner] = owner_records(&mut conn, &keys, "iv-1").await;
+    let Record::Field { hash, id } = Record::of(&keys, Topic::Interview, "iv-1", 3) else { unreachable!() };
+    let _: () = conn.hdel(&hash, &id).await.unwrap();
+    let _: () = conn.set(keys.owner(Topic::Interview, "iv-1"), owner.expect("recorded")).await.unwrap();
     let running = runner::spawn(runner::config(&topics, &prefix, &group)).await;
     kafka::publish(&kafka::producer(), &topics, &served[1..]).await;
     running.wait_until_consumed(served.len() as u64 - 1, WAIT).await;
@@ -169,12 +183,46 @@ async fn a_generation_of_layout_one_gets_whole_states_from_this_release() {
     assert!(state.contains(r#""participant":{"id":"p1""#), "a release that reads layout 1 only reads it: {state}");
     let served: u64 = conn.zcard(keys.interviews(&org, "s1")).await.unwrap();
     assert_eq!(served, 1);
+    assert_eq!(owner_records(&mut conn, &keys, "iv-1").await, [Some(org.clone()), None], "an owner key, as before");
     running.stop().await;
-    // The same events built in layout 2 store the state without what the document holds, and digest alike.
+    // The same events built in this layout store the state without what the document holds and the owner
+    // as a field, and digest alike.
     let scratch = runner::build_from_scratch(&topics, served_events).await;
     let (_, compact, _) = stored_state(&mut conn, &scratch, &org, "iv-1").await;
     assert_eq!(compact, r#"{"served":true}"#);
-    assert_eq!(runner::digest(&keys).await, runner::digest(&scratch).await, "a state is digested whole");
+    assert_eq!(owner_records(&mut conn, &scratch, "iv-1").await, [None, Some(org.clone())], "a field");
+    assert_eq!(runner::digest(&keys).await, runner::digest(&scratch).await, "states and owners digested whole");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owners_are_fields_of_shared_hashes_that_redis_keeps_compact_and_still_refuse_another_organization() {
+    let (org, other) = (unique("org"), unique("other"));
+    let ids: Vec<String> = (0..64).map(|i| format!("iv-{i:02}")).collect();
+    let at = "2026-04-01T10:00:00Z";
+    let started: Vec<_> = ids
+        .iter()
+        .map(|id| event(Topic::Interview, &org, id, 1, "interview.started", at, json!({"studyId": "s1"})))
+        .collect();
+    let topics = Topics::holding(&started).await;
+    let running = runner::spawn_caught_up(&topics, ids.len() as u64, WAIT).await;
+    let keys = Keyspace::new(running.prefix(), 1);
+    let mut conn = redis().await;
+    let encoding = redis::Script::new("return redis.call('OBJECT', 'ENCODING', KEYS[1])");
+    for id in &ids {
+        assert_eq!(owner_records(&mut conn, &keys, id).await, [None, Some(org.clone())], "{id}");
+        let Record::Field { hash, .. } = Record::of(&keys, Topic::Interview, id, 3) else { unreachable!() };
+        let kept: String = encoding.key(&hash).invoke_async(&mut conn).await.unwrap();
+        assert_eq!(kept, "listpack", "{hash}");
+    }
+    // An event of another organization for one of them is refused by the field, as it was by the key.
+    let intruder = event(Topic::Interview, &other, &ids[0], 2, "interview.completed", at, json!({}));
+    kafka::publish(&kafka::producer(), &topics, &[intruder]).await;
+    running.wait_until_consumed(ids.len() as u64 + 1, WAIT).await;
+    assert_eq!(running.snapshot().refused, 1);
+    assert_eq!(owner_records(&mut conn, &keys, &ids[0]).await, [None, Some(org.clone())]);
+    let (seq, _, _) = stored_state(&mut conn, &keys, &org, &ids[0]).await;
+    assert_eq!(seq, 1, "the interview is as it was");
+    running.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
