@@ -2,13 +2,13 @@
 //! of its first event), so that an event naming another organization is refused. The projector claims the
 //! record before it reads the aggregate's state, in the same round trip; a repair and `dlq replay` read it.
 //!
-//! Up to layout 2 each owner is a string of its own: about 136 bytes of Redis for some 20 of data, most of
-//! it the key's overhead and name. From layout 3 an aggregate type's owners are fields of [`BUCKETS`]
-//! hashes, the aggregate's id choosing the hash by its CRC16. Redis keeps a hash of up to
-//! `hash-max-listpack-entries` fields (512 by default from Redis 7) as one listpack: about 45 bytes per
-//! owner from some ten per hash, so up to 16.7 million aggregates of a type (past that, hash tables: about
-//! 90). Fewer than one per hash (a small read model) costs about what a key of its own did. A lookup scans
-//! its hash's listpack: at 300 fields, 2.8 µs of Redis per lookup against 1.4 for a key (BENCHMARKS.md).
+//! Up to layout 2 each owner is a string of its own: 150 to 165 bytes of Redis for ids of 26 characters,
+//! most of it the key's overhead and name. From layout 3 an aggregate type's owners are fields of
+//! [`BUCKETS`] hashes, the aggregate's id choosing the hash by its CRC16. Redis keeps a hash of up to
+//! `hash-max-listpack-entries` fields (512 by default from Redis 7) as one listpack: 84 bytes per owner at
+//! 100,000 owners, 57 at a million, 54 at ten million (`scripts/bench-owners`), so up to 16.7 million
+//! aggregates of a type (past that, hash tables). A lookup scans its hash's listpack: at ten million, in
+//! a hash of 355 fields, Redis answers half as many `HSETNX` or `HGET` a second as `SET NX GET` of a key.
 //!
 //! The layout decides, not what is found: a generation of layout 1 or 2 keeps its owners as keys, so a
 //! release that writes layout 3 rolls out on one, and a rebuild moves them.
