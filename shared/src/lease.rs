@@ -53,7 +53,8 @@ pub struct Lease {
 }
 
 impl Lease {
-    /// Takes `key` for `token` unless someone holds it (`None` then), and starts renewing it.
+    /// Takes `key` for `token` unless someone else holds it (`None` then), and starts renewing it. A
+    /// lease `token` already holds (a run that failed and is tried again with its token) is taken as is.
     pub async fn try_take(
         conn: &mut Connection,
         key: &str,
@@ -70,7 +71,11 @@ impl Lease {
             .query_async(conn)
             .await?;
         if !taken {
-            return Ok(None);
+            let ours: i64 =
+                Script::new(RENEW).key(key).arg(token).arg(ttl.as_millis() as u64).arg("0").invoke_async(conn).await?;
+            if ours != 1 {
+                return Ok(None);
+            }
         }
         let held = Arc::new(Held {
             key: key.to_string(),

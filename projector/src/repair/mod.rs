@@ -20,7 +20,8 @@
 //!    against the sequence it read, after reading on to the topics' ends again: no hold.
 //!
 //! A repair killed anywhere leaves the live data as it was: staged keys expire (and the next repair
-//! clears them), a hold expires within [`HOLD_TTL`], the lease within [`LEASE_TTL`].
+//! clears them), a hold expires within [`HOLD_TTL`], the lease within [`LEASE_TTL`]. One that Redis
+//! failed under (a connection cut, a timeout) runs again by itself, up to [`ATTEMPTS`] times in all.
 //!
 //! The steps are here; [`target`] tells the target's events among the topics' messages (1, 2),
 //! [`staging`] is the Redis side of the hold, the staging and the swap (0, 3 to 5), and [`redrive`]
@@ -74,19 +75,38 @@ const HOLD_WAIT: Duration = Duration::from_secs(30);
 /// How many times an API key is read again when the live path wrote it meanwhile.
 const KEY_ATTEMPTS: usize = 8;
 
-/// Runs a repair of `target` on the active generation.
+/// How many times a repair runs when Redis fails under it (a connection cut by a restart or a failover,
+/// a timeout, a slot moving): each run is whole, and one that fails leaves the live data as it was.
+const ATTEMPTS: u64 = 3;
+
+/// Runs a repair of `target` on the active generation; again, after a pause, when Redis failed under it.
 pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
+    // One token for every run: a run tried again takes the lease and hold its failed run may have left.
+    let token = uuid::Uuid::new_v4().simple().to_string();
+    let mut attempt = 1;
+    loop {
+        match run_once(config, &token, target.clone(), progress).await {
+            Err(Error::Redis(e)) if attempt < ATTEMPTS && !StoreError::Redis(e.clone()).is_permanent() => {
+                tracing::warn!(error = %e, attempt, "Redis failed under the repair, which changed nothing; running it again");
+                tokio::time::sleep(Duration::from_secs(attempt)).await;
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+async fn run_once(config: &Config, token: &str, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
     let generation = store::active_generation(&mut conn, &config.redis.key_prefix).await?;
     let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
-    store::check_layout(&mut conn, &keys).await?;
-    let token = uuid::Uuid::new_v4().simple().to_string();
+    let layout = store::check_layout(&mut conn, &keys).await?;
     // One repair of an organization at a time: its lease is taken before anything is read or staged, so a
     // second repair never meets (or deletes) the first one's staging.
     let lease = match &target {
         Target::Organization(org) => {
-            match staging::take(&mut conn, &keys.repair_lease(org), &token, LEASE_TTL, HOLD_WAIT).await? {
+            match staging::take(&mut conn, &keys.repair_lease(org), token, LEASE_TTL, HOLD_WAIT).await? {
                 Some(lease) => Some(lease),
                 None => {
                     return Err(Error::Refused(format!(
@@ -97,7 +117,7 @@ pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Res
         }
         Target::Aggregate(..) => None,
     };
-    let result = repair(config, &mut conn, &keys, &token, lease.as_ref(), target, progress).await;
+    let result = repair(config, &mut conn, &keys, layout, token, lease.as_ref(), target, progress).await;
     if let Some(lease) = lease {
         if let Err(e) = lease.release(&mut conn).await {
             tracing::warn!(error = %e, "could not release the repair's lease; it expires by itself");
@@ -106,10 +126,12 @@ pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Res
     result
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn repair(
     config: &Config,
     conn: &mut Connection,
     keys: &Keyspace,
+    layout: u32,
     token: &str,
     lease: Option<&Lease>,
     target: Target,
@@ -117,8 +139,7 @@ async fn repair(
 ) -> Result<Report, Error> {
     let started = Instant::now();
     let generation = keys.generation();
-    let mut store = Store::new(conn.clone(), keys.clone());
-    let layout = store.layout().await.map_err(refused)?;
+    let mut store = Store::new(conn.clone(), keys.clone()).of_layout(layout);
     let topics: Vec<Topic> = match &target {
         Target::Organization(_) => Topic::ALL.to_vec(),
         Target::Aggregate(topic, _) => vec![*topic],

@@ -43,9 +43,8 @@ pub async fn after_replay(config: &Config, letters: &[DeadLetter], progress: Pro
     let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
     let generation = store::active_generation(&mut conn, &config.redis.key_prefix).await?;
     let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
-    store::check_layout(&mut conn, &keys).await?;
-    let mut store = Store::new(conn.clone(), keys.clone());
-    let layout = store.layout().await.map_err(|e| Error::Refused(e.to_string()))?;
+    let layout = store::check_layout(&mut conn, &keys).await?;
+    let mut store = Store::new(conn.clone(), keys.clone()).of_layout(layout);
     let mut moved_on = BTreeSet::new();
     for letter in letters {
         let Some(topic) = config.topic_of(&letter.topic) else {

@@ -102,6 +102,13 @@ impl Store {
         self.layout = None;
     }
 
+    /// A store of a generation whose layout the caller has read ([`check_layout`]): an operator
+    /// command that refuses a layout before it does anything, then writes in it.
+    pub fn of_layout(mut self, layout: u32) -> Self {
+        self.layout = Some(layout);
+        self
+    }
+
     /// Forgets which epochs this projector wrote: Redis lost data, and the projector reads again.
     pub fn forget_epochs(&mut self) {
         self.epochs.clear();

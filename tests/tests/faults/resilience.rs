@@ -94,3 +94,54 @@ async fn a_connection_cut_while_the_projector_starts_is_made_again_and_the_start
     running.wait_until_consumed(scenario.messages.len() as u64, Duration::from_secs(60)).await;
     running.stop().await;
 }
+
+/// Redis failing under a repair (a restart, a failover, a timeout) aborts that run with the live data as
+/// it was; the repair runs again by itself, whole, rather than leave the operator a `redis: broken pipe`.
+/// Here the repair's connection is cut as it stages its first key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_whose_connection_is_cut_as_it_stages_runs_again_and_repairs_the_organization() {
+    let redis = OwnRedis::start();
+    let scenario = Scenario::generate(0x5eed_0006, 1, 6, 3);
+    let org = scenario.organizations()[0].clone();
+    let topics = Topics::holding(&scenario.messages).await;
+    let published = scenario.messages.len() as u64;
+    let own = |prefix: &str| {
+        let mut config = runner::config(&topics, prefix, &unique("g"));
+        (config.redis.url, config.redis.cluster) = (redis.url().into(), false);
+        config
+    };
+    let prefix = unique("rm");
+    let config = own(&prefix);
+    let live = eventually(Duration::from_secs(10), "the projector to connect", || {
+        let config = config.clone();
+        async move { Some(runner::spawn(config).await) }
+    })
+    .await;
+    live.wait_until_consumed(published, Duration::from_secs(60)).await;
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 0 };
+    let mut conn = Connection::connect(&Target::Single(redis.url()), settings).await.unwrap();
+    let keys = Keyspace::new(prefix.clone(), 1);
+    // Something for the repair to put right: a study's document gone.
+    let study = scenario.expected(&org).studies[0].0.clone();
+    let _: () = ::redis::cmd("HDEL").arg(keys.study_documents(&org)).arg(&study).query_async(&mut conn).await.unwrap();
+
+    // The repair's staged keys are named `{org}:repair:<run>:…`: the first one it writes cuts its connection.
+    let cutting = Cutting::start(&format!("127.0.0.1:{}", redis.port()), "}:repair:").await;
+    let mut config = own(&prefix);
+    config.redis.url = format!("redis://127.0.0.1:{}", cutting.port).into();
+    let report = projector::repair(&config, projector::RepairTarget::Organization(org.clone()), &|_, _| {}).await;
+    assert!(cutting.has_cut(), "the connection was cut as the repair staged");
+    let report = report.expect("the repair runs again and succeeds");
+    assert!(report.keys_swapped > 0, "{report:?}");
+    live.stop().await;
+
+    let scratch = own(&unique("rm"));
+    let scratch_keys = Keyspace::new(scratch.redis.key_prefix.clone(), 1);
+    runner::build(scratch, published, Duration::from_secs(60)).await;
+    let digest = |keys: Keyspace| {
+        let mut conn = conn.clone();
+        let org = org.clone();
+        async move { projector::Digest::of_organization(&mut conn, &keys, &org).await.unwrap().to_string() }
+    };
+    assert_eq!(digest(keys).await, digest(scratch_keys).await, "repaired as a build from scratch");
+}
