@@ -73,6 +73,8 @@ pub struct Store {
     /// The generation's layout, which decides how states are stored ([`crate::fold::stored`]): read from
     /// its meta before the first batch written to it.
     layout: Option<u32>,
+    /// The owners recorded or read since the last loss ([`owners::Known`]).
+    known: owners::Known,
 }
 
 struct Pending<'a> {
@@ -89,7 +91,14 @@ fn record<'a>(topic: Topic, events: &[&'a Event], outcome: impl Fn(usize) -> Out
 
 impl Store {
     pub fn new(conn: Connection, keys: Keyspace) -> Self {
-        Self { conn, keys, write: WriteScript::new(), epochs: HashSet::new(), layout: None }
+        Self {
+            conn,
+            keys,
+            write: WriteScript::new(),
+            epochs: HashSet::new(),
+            layout: None,
+            known: owners::Known::default(),
+        }
     }
 
     pub fn keys(&self) -> &Keyspace {
@@ -100,6 +109,7 @@ impl Store {
         self.keys = self.keys.at(generation);
         self.epochs.clear();
         self.layout = None;
+        self.known.clear();
     }
 
     /// A store of a generation whose layout the caller has read ([`check_layout`]): an operator
@@ -109,9 +119,11 @@ impl Store {
         self
     }
 
-    /// Forgets which epochs this projector wrote: Redis lost data, and the projector reads again.
+    /// Forgets which epochs this projector wrote and which owners it knows: Redis lost data, and the
+    /// projector reads again.
     pub fn forget_epochs(&mut self) {
         self.epochs.clear();
+        self.known.clear();
     }
 
     /// The layout of the generation written, read once per generation: it stays what it was if Redis
@@ -200,8 +212,10 @@ impl Store {
         let mut ends = Vec::with_capacity(groups.len());
         for group in groups {
             let first = &group.events[0].envelope.organization_id;
-            let record = Record::of(&self.keys, group.topic, group.aggregate_id, layout);
-            let claim = owners::claim(&record, first);
+            let claim = match self.known.get(group.topic, group.aggregate_id) {
+                Some(_) => Vec::new(),
+                None => owners::claim(&Record::of(&self.keys, group.topic, group.aggregate_id, layout), first),
+            };
             let claimed = claim.len();
             commands.extend(claim);
             commands.extend(state_reads(&self.keys, group.topic, first, group.aggregate_id));
@@ -214,7 +228,14 @@ impl Store {
             let (claim, states) = replies[start..end].split_at(claimed);
             start = end;
             let first = group.events[0].envelope.organization_id.as_str();
-            let owner: Option<String> = redis::from_redis_value_ref(&claim[claimed - 1])?;
+            let owner: Option<String> = match claim.last() {
+                Some(reply) => {
+                    let owner: Option<String> = redis::from_redis_value_ref(reply)?;
+                    self.known.insert(group.topic, group.aggregate_id, owner.as_deref().unwrap_or(first));
+                    owner
+                }
+                None => self.known.get(group.topic, group.aggregate_id).map(str::to_string),
+            };
             // The recorded owner, as a string that lives as long as the batch: an event's (with none of
             // the batch's events of that organization, every event is refused).
             let org = match owner {
