@@ -32,9 +32,10 @@ pub fn read(record: &Record) -> Cmd {
     }
 }
 
-/// How many aggregates' owners a projector keeps in memory (some 130 bytes each with ids of 26
-/// characters); the map is emptied when full.
-const KNOWN: usize = 65_536;
+/// How many aggregates' owners a projector keeps in memory; the map is emptied when full. In the replay
+/// benchmark 65,536 raised the projector's peak from about 49 MB to 71; 16,384 keeps it at 52, and the
+/// apply path's rate is the same with either (BENCHMARKS.md).
+const KNOWN: usize = 16_384;
 
 /// The owners this projector recorded or read in its generation since the last loss of Redis data, so
 /// that an aggregate's later events skip the claim: an owner, once recorded, never changes. Emptied at a
