@@ -218,6 +218,13 @@ impl Keyspace {
         format!("{}:owners:{}:{bucket}", self.base(), topic.aggregate())
     }
 
+    /// The aggregate type and id whose owner `key` is, if it is one of [`Keyspace::owner`].
+    pub fn owner_of<'k>(&self, key: &'k str) -> Option<(Topic, &'k str)> {
+        let rest = key.strip_prefix(self.base().as_str())?.strip_prefix(":owner:")?;
+        let (aggregate, id) = rest.split_once(':')?;
+        Topic::ALL.into_iter().find(|topic| topic.aggregate() == aggregate).map(|topic| (topic, id))
+    }
+
     /// The aggregate type whose owners `key` holds, if it is one of [`Keyspace::owners`].
     pub fn owners_of(&self, key: &str) -> Option<Topic> {
         let rest = key.strip_prefix(self.base().as_str())?.strip_prefix(":owners:")?;

@@ -5,11 +5,13 @@
 //! state stored without what its document holds (layout 2) is read back from its document first, so a
 //! generation written partly in each form (a projector of the release before, or a generation whose meta
 //! Redis lost, writes whole states) digests like one written in either. Owners are digested a record each,
-//! as the key each was up to layout 2, whichever form holds them ([`shared::owners`]).
+//! as the key each was up to layout 2, whichever form holds them ([`shared::owners`]), and once when
+//! both do.
 
 use redis::{Cmd, RedisResult};
 use sha2::{Digest as _, Sha256};
 use shared::connection::Connection;
+use shared::owners::Record;
 use shared::{Keyspace, Topic};
 
 use super::generation::{generation_keys, one};
@@ -60,8 +62,9 @@ async fn compute(conn: &mut Connection, keys: &Keyspace, names: Vec<String>) -> 
             .map_err(to_redis)?;
         let mut values = read_values(conn, chunk, &kinds).await?;
         whole_states(conn, keys, chunk, &mut values).await?;
-        for ((name, kind), parts) in chunk.iter().zip(&kinds).zip(values) {
-            if kind == "none" {
+        let twins = owners_also_in_fields(conn, keys, chunk).await?;
+        for (((name, kind), parts), twin) in chunk.iter().zip(&kinds).zip(values).zip(twins) {
+            if kind == "none" || twin {
                 continue;
             }
             if let Some(topic) = keys.owners_of(name).filter(|_| kind == "hash") {
@@ -78,6 +81,33 @@ async fn compute(conn: &mut Connection, keys: &Keyspace, names: Vec<String>) -> 
         }
     }
     Ok(Digest { keys: count, sha256: hex::encode(acc) })
+}
+
+/// For each of `names`, whether it is an owner's key (up to layout 2) whose owner a field of layout 3
+/// also records. Both are there when a projector started on a generation whose meta Redis had lost: it
+/// read it as layout 1 and recorded as keys the owners it claimed again. Such a key is left out, so
+/// that the owner is digested once (one round trip for the chunk).
+async fn owners_also_in_fields(conn: &mut Connection, keys: &Keyspace, names: &[String]) -> RedisResult<Vec<bool>> {
+    let found: Vec<(usize, Cmd)> = names
+        .iter()
+        .enumerate()
+        .filter_map(|(i, name)| {
+            let (topic, id) = keys.owner_of(name)?;
+            let Record::Field { hash, id } = Record::of(keys, topic, id, shared::owners::BUCKETED_FROM_LAYOUT) else {
+                return None;
+            };
+            Some((i, one("HGET", &hash).arg(id).clone()))
+        })
+        .collect();
+    let mut twins = vec![false; names.len()];
+    if found.is_empty() {
+        return Ok(twins);
+    }
+    let reads: Vec<Cmd> = found.iter().map(|(_, cmd)| cmd.clone()).collect();
+    for ((i, _), field) in found.iter().zip(conn.query_all(&reads).await?) {
+        twins[*i] = redis::from_redis_value::<Option<String>>(field).map_err(to_redis)?.is_some();
+    }
+    Ok(twins)
 }
 
 /// XORs one key's SHA-256 (its name, type and value's parts) into the digest.

@@ -98,6 +98,8 @@ fn api_keys_live_in_their_own_slot_and_keys_carry_the_generation() {
         assert_eq!(ks.owners_of(&ks.owners(topic, 32_767)), Some(topic));
         assert_eq!(ks.owners_of(&ks.at(8).owners(topic, 0)), None, "another generation's");
         assert_eq!(ks.owners_of(&ks.owner(topic, "1")), None);
+        assert_eq!(ks.owner_of(&ks.owner(topic, "a:1")), Some((topic, "a:1")));
+        assert_eq!(ks.owner_of(&ks.owners(topic, 3)), None);
     }
     assert_eq!(ks.owners_of("rm:g7:owners:interview:x"), None);
     for (org, id) in [("o", "i:1"), ("a}b{c", "x}y"), ("%7D", "")] {
