@@ -93,10 +93,7 @@ async fn owners_also_in_fields(conn: &mut Connection, keys: &Keyspace, names: &[
         .enumerate()
         .filter_map(|(i, name)| {
             let (topic, id) = keys.owner_of(name)?;
-            let Record::Field { hash, id } = Record::of(keys, topic, id, shared::owners::BUCKETED_FROM_LAYOUT) else {
-                return None;
-            };
-            Some((i, one("HGET", &hash).arg(id).clone()))
+            Some((i, super::owners::read(&Record::of(keys, topic, id, shared::owners::BUCKETED_FROM_LAYOUT))))
         })
         .collect();
     let mut twins = vec![false; names.len()];
