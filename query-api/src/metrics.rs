@@ -52,6 +52,10 @@ pub struct Metrics {
     pub kept_keys_bytes: Gauge,
     /// Keys whose change Redis pushed (each drops what was kept of it).
     pub invalidations: Counter,
+    /// Kept values asked for while no recent probe vouched for them (so Redis was read): `keys` and
+    /// `reads` (organizations' epochs).
+    pub unvouched_keys: Counter,
+    pub unvouched_reads: Counter,
     /// Connections Redis pushes changes on that are up, and those lost (each drops what it vouched for).
     pub tracking_connections: Gauge,
     pub tracking_lost: Counter,
@@ -98,6 +102,15 @@ impl Default for Metrics {
             "Keys kept in memory (API keys' entries, organizations' epochs) whose change Redis pushed",
             invalidations.clone(),
         );
+        let unvouched = Family::<CacheLabels, Counter>::default();
+        registry.register(
+            "kept_unvouched",
+            "Values kept in memory asked for while no recent probe vouched for them (the push channel late, \
+             stalled or cut), so Redis was read: by cache, `keys` or `reads`",
+            unvouched.clone(),
+        );
+        let unvouched_keys = unvouched.get_or_create(&CacheLabels { cache: "keys" }).clone();
+        let unvouched_reads = unvouched.get_or_create(&CacheLabels { cache: "reads" }).clone();
         let tracking_connections = Gauge::default();
         registry.register(
             "tracking_connections",
@@ -124,6 +137,8 @@ impl Default for Metrics {
             kept_reads_bytes,
             kept_keys_bytes,
             invalidations,
+            unvouched_keys,
+            unvouched_reads,
             tracking_connections,
             tracking_lost,
         }

@@ -34,6 +34,12 @@ async fn reads(app: &TestApp, source: &str) -> f64 {
     metrics::sample(&text, "api_reads_total", &[&format!("source=\"{source}\"")])
 }
 
+/// Reads whose organization's epoch was kept but not vouched for by a recent probe when asked for.
+async fn epochs_not_vouched_for(app: &TestApp) -> f64 {
+    let text = app.admin_get("/metrics").await.text().await.unwrap();
+    metrics::sample(&text, "api_kept_unvouched_total", &["cache=\"reads\""])
+}
+
 async fn keeping_reads() -> World {
     World::start_with(&fixture::dataset(), |config| config.read_cache_mb = 16).await
 }
@@ -44,9 +50,25 @@ async fn reads_kept_in_memory_are_answered_without_redis_and_a_change_is_served_
     let first = answers(&world.app).await;
     assert_eq!(first[0].0, 200);
     assert_eq!(first[5].0, 404, "no i_new yet");
-    let from_redis = reads(&world.app, "redis").await;
-    assert_eq!(answers(&world.app).await, first);
-    assert_eq!(reads(&world.app, "redis").await, from_redis, "the same reads again did not reach Redis");
+    // The same reads again do not reach Redis. A process short of CPU stops trusting what it keeps at once
+    // (its probes are late), counted apart: such a round, and the one after it (the epoch is read again),
+    // say nothing, and the next is asked.
+    let (mut settling, mut checked) = (false, false);
+    for _ in 0..20 {
+        let (from_redis, unvouched) = (reads(&world.app, "redis").await, epochs_not_vouched_for(&world.app).await);
+        assert_eq!(answers(&world.app).await, first);
+        if epochs_not_vouched_for(&world.app).await > unvouched {
+            settling = true;
+            continue;
+        }
+        if std::mem::take(&mut settling) {
+            continue;
+        }
+        assert_eq!(reads(&world.app, "redis").await, from_redis, "the same reads again did not reach Redis");
+        checked = true;
+        break;
+    }
+    assert!(checked, "every round had a kept epoch not vouched for");
     assert!(reads(&world.app, "memory").await >= PATHS.len() as f64);
 
     // A new completed study, and a new interview of a listed study (whose 404 was kept).

@@ -172,12 +172,18 @@ pub(super) struct Serving {
 /// the last answer at the moment of asking, not by a timer having fired: a process that did not get
 /// the CPU for a while stops trusting at once.
 pub(super) fn vouched(known: &Known, node: u64, read_ms: u64, serving: Option<Serving>, now: u64) -> bool {
-    if *known == Known::Absent && now.saturating_sub(read_ms) >= ABSENT_FOR.as_millis() as u64 {
+    if aged(known, read_ms, now) {
         return false;
     }
     let Some(serving) = serving else { return false };
     let recent = serving.vouched_ms > 0 && now.saturating_sub(serving.vouched_ms) < TRUSTED_FOR.as_millis() as u64;
     serving.node == node && serving.alive && recent
+}
+
+/// Whether `known`, read at `read_ms`, says a key does not exist and is too old at `now` to be believed,
+/// whatever its connection vouches for.
+pub(super) fn aged(known: &Known, read_ms: u64, now: u64) -> bool {
+    *known == Known::Absent && now.saturating_sub(read_ms) >= ABSENT_FOR.as_millis() as u64
 }
 
 #[cfg(test)]

@@ -118,14 +118,26 @@ impl Tracker {
     /// What is kept of `key`, if it may be trusted now.
     pub fn known(&self, key: &str) -> Option<Known> {
         let now = self.0.ms(Instant::now());
-        let (value, node, read_ms) = {
+        let (value, node, read_ms, kind) = {
             let entries = self.0.entries.read().expect("kept values");
             let entry = entries.map.get(key)?;
             let State::Known(value) = &entry.state else { return None };
             entry.used_ms.store(now, Ordering::Relaxed);
-            (value.clone(), entry.node, entry.read_ms)
+            (value.clone(), entry.node, entry.read_ms, entry.kind)
         };
-        self.0.trusted(key, &value, node, read_ms, now).then_some(value)
+        if self.0.trusted(key, &value, node, read_ms, now) {
+            return Some(value);
+        }
+        if kept::aged(&value, read_ms, now) {
+            return None;
+        }
+        // Not vouched for: its connection is late, stalled, lost or no longer serves the key's slot.
+        match kind {
+            Kind::Key => self.0.metrics.unvouched_keys.inc(),
+            Kind::Org => self.0.metrics.unvouched_reads.inc(),
+            Kind::Watch => 0,
+        };
+        None
     }
 
     /// Starts keeping `key` (read with `cmd`, which reads that key alone) unless it is kept and trusted, or
