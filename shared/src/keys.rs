@@ -10,7 +10,7 @@
 //! | `P:rebuild-lock` | string | held (with a TTL) by the one running rebuild |
 //! | `P:projectors` | hash | instance id → JSON state of each live projector (generation, paused, heartbeat) |
 //! | `P:gN:meta` | hash | when and by which consumer group generation N was built, and its `layout` version |
-//! | `P:gN:{position-T}:position` | hash | per partition, one past the last offset this primary applied (one key per primary, `T` a tag in its slots), and `opened`: made before anything is written there, so that a primary without it lost its data |
+//! | `P:gN:{position-T}:position` | hash | per partition, one past the last offset this primary applied (one key per primary, `T` a tag in its slots), and `opened`: made before anything is written there, so that a primary without it lost its data; `layout`, the generation's (`crate::layout`), as a meta lost with its primary's data had it |
 //! | `P:gN:healing` | hash | per partition being projected again after a loss: the offset to reach and the loss's id |
 //! | `P:gN:owner:<aggregate>:<id>` | string | up to layout 2: the organization recorded for an aggregate |
 //! | `P:gN:owners:<aggregate>:<bucket>` | hash | from layout 3: id → the organization recorded for each aggregate whose id falls in the bucket (`shared::owners`) |

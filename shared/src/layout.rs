@@ -6,7 +6,9 @@
 //!
 //! The version is the `layout` field of the generation's meta hash (`P:gN:meta`), written by the projector
 //! when it starts a generation or starts on one. Generations written before the field existed have none:
-//! an absent field is layout 1, the layout they have.
+//! an absent field is layout 1, the layout they have. The projector also records the layout beside its
+//! positions on every primary (`Keyspace::position`): where the meta lost it (its primary's data lost),
+//! the projector reads it there, and writes it back into the meta at its start.
 //!
 //! | layout | what changed |
 //! |---|---|

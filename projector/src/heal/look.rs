@@ -33,6 +33,9 @@ pub struct Watch {
     positions: HashMap<Partition, i64>,
     /// Redis refused `INFO` to this user: only the positions tell a loss.
     info_refused: bool,
+    /// The layout of a generation (generation, layout), as the store read it: recorded beside the
+    /// positions of that generation.
+    layout: Option<(u64, u32)>,
 }
 
 impl Watch {
@@ -44,6 +47,7 @@ impl Watch {
             written: position::Recorded::new(),
             positions: HashMap::new(),
             info_refused: false,
+            layout: None,
         }
     }
 
@@ -55,7 +59,8 @@ impl Watch {
         if !losses.is_empty() {
             return Ok(losses);
         }
-        let lost = position::record(&mut self.conn, keys, positions, &mut self.written).await?;
+        let layout = self.layout.filter(|(generation, _)| *generation == keys.generation()).map(|(_, layout)| layout);
+        let lost = position::record(&mut self.conn, keys, layout, positions, &mut self.written).await?;
         if let Some(first) = lost.partitions.first() {
             // The slots of the primaries that lost them: the API goes on serving the organizations whose
             // keys live elsewhere (without them, a loss names every slot).
@@ -105,6 +110,10 @@ impl Watch {
 impl Guard for Watch {
     fn positions(&mut self, positions: HashMap<Partition, i64>) {
         self.positions = positions;
+    }
+
+    fn layout(&mut self, generation: u64, layout: u32) {
+        self.layout = Some((generation, layout));
     }
 
     async fn check(&mut self, keys: &Keyspace) -> Result<(), Doubt> {

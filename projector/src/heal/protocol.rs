@@ -53,6 +53,10 @@ impl Heal {
     /// a Redis that came back able to evict keys is refused.
     pub async fn check(&mut self, projector: &mut Parts<'_>) -> Result<(), Error> {
         let keys = projector.store.keys().clone();
+        // Known before the first look opens a primary's positions, which record it.
+        if let Ok(layout) = projector.store.layout().await {
+            crate::store::Guard::layout(&mut self.watch, keys.generation(), layout);
+        }
         match self.watch.losses(&keys, &projector.source.positions()).await {
             Ok(losses) if !losses.is_empty() => return self.lost(projector, losses).await,
             Ok(_) => {}

@@ -96,7 +96,12 @@ impl Projector {
         };
         if projector.config.generation.is_some() || active.is_some() {
             // Nothing is read, marked or written in a layout this build does not know.
-            store::check_layout(&mut conn, projector.store.keys()).await?;
+            let keys = projector.store.keys().clone();
+            let layout = store::check_layout(&mut conn, &keys).await?;
+            // A meta Redis lost (with its primary's data) gets back the layout the positions recorded.
+            if layout > 1 && store::restore_layout(&mut conn, &keys, layout).await? {
+                tracing::warn!(layout, "the generation's meta had lost its layout; written back from the positions");
+            }
         }
         if projector.config.generation.is_none() && active.is_none() {
             // A new read model: incomplete until it has caught up with every partition, and marked so

@@ -18,6 +18,9 @@ pub trait Guard {
     /// Where the partitions stand before the batch about to be written (what the guard may record).
     fn positions(&mut self, _positions: HashMap<Partition, i64>) {}
 
+    /// The layout of `generation`, as the store read it (what the guard may record beside the positions).
+    fn layout(&mut self, _generation: u64, _layout: u32) {}
+
     fn check(&mut self, keys: &Keyspace) -> impl Future<Output = Result<(), Doubt>> + Send;
 }
 

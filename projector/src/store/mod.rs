@@ -32,7 +32,8 @@ use shared::{Event, Keyspace, Topic};
 pub use digest::Digest;
 pub use error::StoreError;
 pub use generation::{
-    active_generation, check_layout, check_no_eviction, connect, delete_generation, generation_keys, is_refused, layout,
+    active_generation, check_layout, check_no_eviction, connect, delete_generation, generation_keys, is_refused,
+    layout, restore_layout,
 };
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};
@@ -165,6 +166,7 @@ impl Store {
             return Ok(applied);
         }
         let layout = self.layout().await?;
+        guard.layout(self.keys.generation(), layout);
         let mut pending = self.resolve_owners(groups, layout, &mut applied).await?;
         // The aggregates that got an event late for a gap, remembered once every write is done.
         let mut late = Vec::new();

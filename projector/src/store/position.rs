@@ -19,13 +19,18 @@ use crate::source::Partition;
 /// stored position is absent or below what this projector wrote there last: the primary lost data. A
 /// projector that has not written there yet makes the hash even with no partition to record (its field
 /// `opened`), so that it exists before any data it vouches for: the API takes an organization without an
-/// epoch on a primary without it for a loss, not for an organization without data.
+/// epoch on a primary without it for a loss, not for an organization without data. It also writes there
+/// the generation's layout (field `layout`, when it knows it): every primary then holds it beside its
+/// data, and a generation whose meta Redis lost still has it ([`super::generation::layout`]).
 const RECORD: &str = r"
--- KEYS[1] the primary's position hash; ARGV[1] '1' when this projector has not written here yet; then
--- ARGV: partition, position, expected (empty: none), repeated
-if ARGV[1] == '1' then redis.call('HSET', KEYS[1], 'opened', '1') end
+-- KEYS[1] the primary's position hash; ARGV[1] '1' when this projector has not written here yet; ARGV[2]
+-- the generation's layout ('': not known); then ARGV: partition, position, expected (empty: none), repeated
+if ARGV[1] == '1' then
+  redis.call('HSET', KEYS[1], 'opened', '1')
+  if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'layout', ARGV[2]) end
+end
 local lost = {}
-for i = 2, #ARGV, 3 do
+for i = 3, #ARGV, 3 do
   local current = redis.call('HGET', KEYS[1], ARGV[i])
   local expected = ARGV[i + 2]
   if expected ~= '' and (not current or tonumber(current) < tonumber(expected)) then
@@ -84,6 +89,29 @@ async fn mark(
     Ok(())
 }
 
+/// The field of a primary's positions hash that holds the generation's layout.
+pub const LAYOUT_FIELD: &str = "layout";
+
+/// The layout recorded beside the positions of every primary: the highest found, `None` when none holds
+/// one (every primary lost its positions, or they were written before the field existed).
+pub async fn layout(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<Option<String>> {
+    let mut found: Option<(u32, String)> = None;
+    for node in conn.nodes().await? {
+        let mut get = redis::cmd("HGET");
+        get.arg(key_on(keys, &node)).arg(LAYOUT_FIELD);
+        let value: Option<String> = redis::from_redis_value(conn.query_all(&[get]).await?.remove(0))?;
+        // A value that is no number is kept as found, unless a number is found elsewhere: the caller
+        // refuses it by name.
+        let rank = |v: &str| v.parse::<u32>().unwrap_or(0);
+        if let Some(value) = value {
+            if found.as_ref().is_none_or(|(best, _)| rank(&value) > *best) {
+                found = Some((rank(&value), value));
+            }
+        }
+    }
+    Ok(found.map(|(_, value)| value))
+}
+
 /// The key holding the positions on `node`.
 pub fn key_on(keys: &Keyspace, node: &Node) -> String {
     keys.positions_on(&node.slots)
@@ -129,11 +157,12 @@ pub struct Lost {
 }
 
 /// Records `applied` on every primary (making the hash where this projector has not written yet, even
-/// with nothing applied). Returns what some primary lost (nothing is written for those
-/// partitions there); `written` is updated with what was written.
+/// with nothing applied, with `layout` when known). Returns what some primary lost (nothing is written
+/// for those partitions there); `written` is updated with what was written.
 pub async fn record(
     conn: &mut Connection,
     keys: &Keyspace,
+    layout: Option<u32>,
     applied: &HashMap<Partition, i64>,
     written: &mut Recorded,
 ) -> redis::RedisResult<Lost> {
@@ -147,6 +176,7 @@ pub async fn record(
         }
         let mut invocation = script.prepare_invoke();
         invocation.key(&key).arg(if opening { "1" } else { "" });
+        invocation.arg(layout.map(|l| l.to_string()).unwrap_or_default());
         for (p, position) in applied {
             let last = written.get(&key).and_then(|w| w.get(p)).map(i64::to_string).unwrap_or_default();
             invocation.arg(p.to_string()).arg(position).arg(last);

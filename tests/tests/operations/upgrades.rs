@@ -25,6 +25,24 @@ async fn set_layout(prefix: &str, generation: u64, layout: Option<&str>) {
     let _: () = cmd.query_async(&mut conn).await.unwrap();
 }
 
+/// Removes the layout recorded beside the positions of every primary, as a projector written before it
+/// recorded one there left them.
+async fn forget_positions_layout(prefix: &str, generation: u64) {
+    let mut conn = redis().await;
+    let pattern = Keyspace::new(prefix.to_string(), generation).position("*");
+    let hashes = conn.scan(&pattern).await.unwrap();
+    assert!(!hashes.is_empty(), "the positions of {pattern}");
+    for hash in hashes {
+        let _: () = redis::cmd("HDEL").arg(&hash).arg("layout").query_async(&mut conn).await.unwrap();
+    }
+}
+
+async fn meta_layout(prefix: &str, generation: u64) -> Option<String> {
+    let mut conn = redis().await;
+    let meta = Keyspace::new(prefix.to_string(), generation).meta();
+    redis::cmd("HGET").arg(&meta).arg("layout").query_async(&mut conn).await.unwrap()
+}
+
 async fn status(app: &end_to_end::api::TestApp) -> u16 {
     app.get("/v1/studies", Some(ACME_KEY)).await.status().as_u16()
 }
@@ -38,8 +56,10 @@ async fn a_generation_written_before_layouts_were_recorded_is_layout_one_to_both
     let written: Option<String> = redis::cmd("HGET").arg(&meta).arg("layout").query_async(&mut conn).await.unwrap();
     let layout = shared::layout::LAYOUT.to_string();
     assert_eq!(written, Some(layout), "a new read model records its layout before it is served");
-    // The field gone, as in a read model written before it existed: both binaries start on it and use it.
+    // The field gone, as in a read model written before it existed (nor beside its positions): both
+    // binaries start on it and use it, as layout 1.
     set_layout(&world.prefix, generation, None).await;
+    forget_positions_layout(&world.prefix, generation).await;
     let api = spawn_app(config(&world.prefix, &env("REDIS_URL"))).await;
     eventually(Duration::from_secs(20), "the new API to serve", || async { (status(&api).await == 200).then_some(()) })
         .await;
@@ -55,6 +75,44 @@ async fn a_generation_written_before_layouts_were_recorded_is_layout_one_to_both
     })
     .await;
     assert!(!restarted.has_ended(), "the second projector runs on it");
+    assert_eq!(meta_layout(&world.prefix, generation).await, None, "nothing said it was another layout than 1");
+    restarted.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_whose_meta_redis_lost_keeps_its_layout_from_the_positions_and_gets_it_back() {
+    let world = World::start(&fixture::dataset()).await;
+    let World { projector, app, prefix, topics, .. } = world;
+    let generation = active(&prefix).await;
+    let keys = Keyspace::new(prefix.clone(), generation);
+    let group = projector.group().to_string();
+    projector.stop().await;
+    // The meta lost (a cluster keeps it on one primary, which may be flushed or rolled back alone) while no
+    // projector runs; every primary's positions are still there.
+    let mut conn = redis().await;
+    let _: () = redis::cmd("DEL").arg(keys.meta()).query_async(&mut conn).await.unwrap();
+    let restarted = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    let layout = shared::layout::LAYOUT.to_string();
+    eventually(Duration::from_secs(30), "the layout written back at the start", || async {
+        (meta_layout(&prefix, generation).await == Some(layout.clone())).then_some(())
+    })
+    .await;
+    // Projected in the layout the generation has: a new aggregate's owner is a field of its bucket's hash,
+    // never a key of its own beside them (as in layout 1).
+    let study = completed_study(ACME, "s_after_loss", "2026-05-01T00:00:00Z").messages;
+    kafka::publish(&kafka::producer(), &topics, &study).await;
+    eventually(Duration::from_secs(30), "the new study projected and served", || async {
+        let (code, body) = app.json("/v1/studies", ACME_KEY).await;
+        (code == 200 && body.to_string().contains("s_after_loss")).then_some(())
+    })
+    .await;
+    let topic = shared::Topic::Study;
+    let bucket = keys.owners(topic, shared::owners::bucket("s_after_loss"));
+    let field: Option<String> =
+        redis::cmd("HGET").arg(&bucket).arg("s_after_loss").query_async(&mut conn).await.unwrap();
+    assert_eq!(field.as_deref(), Some(ACME), "the owner is a field");
+    let key: bool = redis::cmd("EXISTS").arg(keys.owner(topic, "s_after_loss")).query_async(&mut conn).await.unwrap();
+    assert!(!key, "no owner key beside the fields");
     restarted.stop().await;
 }
 
