@@ -3,7 +3,7 @@
 //! crash sees half an event. Also the generations' bookkeeping and the digest.
 //!
 //! Per batch: (1) record each aggregate's organization (the first one wins, [`owners`]) and read its
-//! state; (2) fold the events in memory ([`crate::fold`]); (3) write each aggregate with the script
+//! state (`states`); (2) fold the events in memory ([`crate::fold`]); (3) write each aggregate with the script
 //! ([`write`]), which checks the stored sequence is still the one the fold started from. A mismatch
 //! (another instance applied events meanwhile, e.g. during a rebalance) re-reads and re-folds that
 //! aggregate. A fold with a gap is written only once the [`Guard`] ([`guard`]) says Redis lost nothing.
@@ -20,6 +20,7 @@ mod late;
 pub mod owners;
 pub mod position;
 mod repaired;
+mod states;
 mod write;
 
 use std::collections::HashSet;
@@ -38,8 +39,9 @@ pub use generation::{
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};
 
-use crate::fold::{fold, stored, State, Verdict};
+use crate::fold::{fold, State, Verdict};
 use crate::observe::Outcome;
+use states::state_reads;
 pub use write::{ReplyError, ScriptReply};
 use write::{Write, WriteScript};
 
@@ -264,26 +266,6 @@ impl Store {
         Ok(pending)
     }
 
-    async fn load_missing(&mut self, pending: &mut [Pending<'_>]) -> Result<(), StoreError> {
-        let missing: Vec<usize> = (0..pending.len()).filter(|&i| pending[i].loaded.is_none()).collect();
-        if missing.is_empty() {
-            return Ok(());
-        }
-        let (mut commands, mut ends) = (Vec::new(), Vec::with_capacity(missing.len()));
-        for &i in &missing {
-            let (group, org) = (pending[i].group, pending[i].org);
-            commands.extend(state_reads(&self.keys, group.topic, org, group.aggregate_id));
-            ends.push(commands.len());
-        }
-        let replies = self.query(&commands).await?;
-        let mut start = 0;
-        for (&i, end) in missing.iter().zip(ends) {
-            pending[i].loaded = Some(self.decode_state(pending[i].group, pending[i].org, &replies[start..end])?);
-            start = end;
-        }
-        Ok(())
-    }
-
     /// Folds and writes every pending aggregate; returns those that changed under us or that a repair
     /// holds, and whether any was held. Those done that got a late event are added to `late`.
     async fn write<'a>(
@@ -380,13 +362,6 @@ impl Store {
         }
     }
 
-    fn decode_state(&self, group: &Group<'_>, org: &str, replies: &[Value]) -> Result<(u64, State), StoreError> {
-        decode_state(group.topic, replies).map_err(|reason| StoreError::CorruptState {
-            key: self.keys.aggregate(group.topic, org, group.aggregate_id),
-            reason,
-        })
-    }
-
     /// Runs a batch of commands, loading the write script first if Redis lost it (after a restart, a
     /// failover, or a slot moving to a node that never ran it). Running a batch again is harmless: every
     /// write checks the sequence it started from.
@@ -399,34 +374,4 @@ impl Store {
             other => Ok(other?),
         }
     }
-}
-
-/// The reads of an aggregate's stored sequence and state: the state's hash, and for an interview its
-/// document, from which a served one's state stored without it is read back. Read in every layout: a
-/// generation whose meta Redis lost reads as layout 1, and may hold such states written before.
-fn state_reads(keys: &Keyspace, topic: Topic, org: &str, id: &str) -> Vec<Cmd> {
-    let mut state = redis::cmd("HMGET");
-    state.arg(keys.aggregate(topic, org, id)).arg("seq").arg("state");
-    if topic != Topic::Interview {
-        return vec![state];
-    }
-    let mut document = redis::cmd("HGET");
-    document.arg(keys.interview_documents(org)).arg(id);
-    vec![state, document]
-}
-
-/// An aggregate's stored sequence and state from the replies to [`state_reads`] (the document's, if
-/// any, after the state's); an unreadable one says why.
-fn decode_state(topic: Topic, replies: &[Value]) -> Result<(u64, State), String> {
-    let (seq, state): (Option<u64>, Option<String>) =
-        redis::from_redis_value_ref(&replies[0]).map_err(|e| e.to_string())?;
-    let document: Option<String> = match replies.get(1) {
-        Some(reply) => redis::from_redis_value_ref(reply).map_err(|e| e.to_string())?,
-        None => None,
-    };
-    let state = match state {
-        Some(json) => stored::decode(topic, &json, document.as_deref()).map_err(|e| e.to_string())?,
-        None => State::new(topic),
-    };
-    Ok((seq.unwrap_or(0), state))
 }

@@ -58,8 +58,8 @@ impl Store {
 
     /// The stored sequence and state of one aggregate.
     pub async fn stored(&mut self, topic: Topic, org: &str, id: &str) -> Result<(u64, State), StoreError> {
-        let replies = self.query(&super::state_reads(&self.keys, topic, org, id)).await?;
-        super::decode_state(topic, &replies)
+        let replies = self.query(&super::states::state_reads(&self.keys, topic, org, id)).await?;
+        super::states::decode_state(topic, &replies)
             .map_err(|reason| StoreError::CorruptState { key: self.keys.aggregate(topic, org, id), reason })
     }
 }
