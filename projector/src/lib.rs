@@ -54,7 +54,7 @@ pub use config::{Config, Membership};
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GIT_COMMIT"), ")");
 pub use heal::Watch;
 pub use observe::{Counts, Metrics, Outcome};
-pub use repair::{run as repair, Report as RepairReport, Target as RepairTarget};
+pub use repair::{run as repair, Report as RepairReport, Target as RepairTarget, ATTEMPTS as REPAIR_ATTEMPTS};
 pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
 pub use run::{live_instances, Instance, Projector};
 /// The operator's Kafka properties, which the benchmarks' ceilings read with too.
@@ -79,6 +79,9 @@ pub enum Error {
     RedisRefused { target: String, refusal: shared::redis_tls::Refusal },
     #[error("{0}")]
     Refused(String),
+    /// A repair whose swap did not happen (nothing was swapped: the live data is as it was), and why.
+    #[error("the repair of {what} was not swapped in: {source}")]
+    NotSwapped { what: String, source: store::StoreError },
     /// A generation of a layout this build does not read (one line, with the versions).
     #[error(transparent)]
     Layout(#[from] shared::layout::UnknownLayout),

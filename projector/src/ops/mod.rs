@@ -55,6 +55,11 @@ pub enum Command {
         /// One aggregate to redo, as TOPIC:ID (the topic by name, or `study`, `interview`, `apikey`).
         #[arg(long)]
         aggregate: Option<String>,
+        /// How many times in all to run the repair when a run changes nothing because Redis failed under
+        /// it or lost what it held or staged (1: never again).
+        #[arg(long, env = "REPAIR_ATTEMPTS", default_value_t = crate::repair::ATTEMPTS,
+              value_parser = clap::value_parser!(u64).range(1..=10))]
+        attempts: u64,
         #[arg(short, long, value_enum, default_value_t = Output::Text)]
         output: Output,
     },
@@ -121,13 +126,13 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode, Error> {
             let options = rebuild::options(grace_secs, handover_lag, handover_timeout_secs, lock_wait_secs);
             rebuild::run(config, options).await
         }
-        Command::Repair { organization, aggregate, output } => {
+        Command::Repair { organization, aggregate, attempts, output } => {
             let target = match (organization, aggregate) {
                 (Some(org), _) => crate::repair::Target::Organization(org),
                 (None, Some(spec)) => repair::aggregate(&config, &spec)?,
                 (None, None) => unreachable!("clap requires one"),
             };
-            repair::run(&config, target, output).await
+            repair::run(&config, target, attempts, output).await
         }
         Command::Digest { generation } => digest::run(&config, generation).await,
         Command::Dlq { action: DlqAction::List { output } } => dlq::list(&config, output),

@@ -28,9 +28,9 @@ pub fn aggregate(config: &Config, spec: &str) -> Result<Target, Error> {
     Ok(Target::Aggregate(topic, id.to_string()))
 }
 
-pub async fn run(config: &Config, target: Target, output: Output) -> Result<(), Error> {
+pub async fn run(config: &Config, target: Target, attempts: u64, output: Output) -> Result<(), Error> {
     let shown = Shown::new();
-    let report = repair::run(config, target, &|read, total| shown.show(read, total)).await?;
+    let report = repair::run(config, target, attempts, &|read, total| shown.show(read, total)).await?;
     print(&report, output);
     Ok(())
 }

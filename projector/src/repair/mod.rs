@@ -20,8 +20,9 @@
 //!    against the sequence it read, after reading on to the topics' ends again: no hold.
 //!
 //! A repair killed anywhere leaves the live data as it was: staged keys expire (and the next repair
-//! clears them), a hold expires within [`HOLD_TTL`], the lease within [`LEASE_TTL`]. One that Redis
-//! failed under (a connection cut, a timeout) runs again by itself, up to [`ATTEMPTS`] times in all.
+//! clears them), a hold expires within [`HOLD_TTL`], the lease within [`LEASE_TTL`]. One that changed
+//! nothing because Redis failed under it (a connection cut, a timeout) or lost what it held or staged (its
+//! hold lapsed, a staged copy lost) runs again by itself, up to [`ATTEMPTS`] times in all by default.
 //!
 //! The steps are here; [`target`] tells the target's events among the topics' messages (1, 2),
 //! [`staging`] is the Redis side of the hold, the staging and the swap (0, 3 to 5), and [`redrive`]
@@ -75,19 +76,20 @@ const HOLD_WAIT: Duration = Duration::from_secs(30);
 /// How many times an API key is read again when the live path wrote it meanwhile.
 const KEY_ATTEMPTS: usize = 8;
 
-/// How many times a repair runs when Redis fails under it (a connection cut by a restart or a failover,
-/// a timeout, a slot moving): each run is whole, and one that fails leaves the live data as it was.
-const ATTEMPTS: u64 = 3;
+/// How many times in all a repair runs by default when Redis fails under it (a connection cut by a restart
+/// or a failover, a timeout, a slot moving) or loses what it held or staged: each run is whole, and one
+/// that fails leaves the live data as it was.
+pub const ATTEMPTS: u64 = 3;
 
 /// Runs a repair of `target` on the active generation; again, after a pause, when Redis failed under it.
-pub async fn run(config: &Config, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
+pub async fn run(config: &Config, target: Target, attempts: u64, progress: Progress<'_>) -> Result<Report, Error> {
     // One token for every run: a run tried again takes the lease and hold its failed run may have left.
     let token = uuid::Uuid::new_v4().simple().to_string();
     let mut attempt = 1;
     loop {
         match run_once(config, &token, target.clone(), progress).await {
-            Err(Error::Redis(e)) if attempt < ATTEMPTS && !StoreError::Redis(e.clone()).is_permanent() => {
-                tracing::warn!(error = %e, attempt, "Redis failed under the repair, which changed nothing; running it again");
+            Err(e) if attempt < attempts && worth_another_run(&e) => {
+                tracing::warn!(error = %e, attempt, "the repair changed nothing; running it again");
                 tokio::time::sleep(Duration::from_secs(attempt)).await;
                 attempt += 1;
             }
@@ -211,7 +213,7 @@ async fn repair(
             result
         };
         report.held_ms = held.elapsed().as_millis() as u64;
-        outcome.map_err(|e| Error::Refused(format!("the repair of {} was not swapped in: {e}", describe(&target))))?;
+        outcome.map_err(|source| Error::NotSwapped { what: describe(&target), source })?;
     }
 
     // 6: API keys, one at a time.
@@ -281,6 +283,20 @@ fn sizes(staged: &Staged) -> BTreeMap<String, u64> {
         *sizes.entry(key.clone()).or_default() += size;
     }
     sizes
+}
+
+/// Whether a repair that ended with `e`, having changed nothing, may succeed if run again from the start:
+/// Redis failed under it (a cut connection, a timeout, a failover), or its swap was refused because what
+/// it held or staged was lost meanwhile (its hold lapsed; a staged copy lost to its TTL, a failover or a
+/// restart). Not a refusal that would come again (another repair holds the organization, no event of it).
+fn worth_another_run(e: &Error) -> bool {
+    let passing = |e: &redis::RedisError| !StoreError::Redis(e.clone()).is_permanent();
+    match e {
+        Error::Redis(e) => passing(e),
+        Error::NotSwapped { source: StoreError::HoldLost | StoreError::StagingIncomplete(_), .. } => true,
+        Error::NotSwapped { source: StoreError::Redis(e), .. } => passing(e),
+        _ => false,
+    }
 }
 
 /// Stops a repair whose lease on its organization lapsed: another repair may have started meanwhile.

@@ -79,7 +79,7 @@ pub async fn after_replay(config: &Config, letters: &[DeadLetter], progress: Pro
         }
     }
     for (topic, id) in moved_on {
-        repair::run(config, Target::Aggregate(topic, id.clone()), progress).await?;
+        repair::run(config, Target::Aggregate(topic, id.clone()), repair::ATTEMPTS, progress).await?;
         redriven.repaired_aggregates.push(format!("{}:{id}", config.topic_name(topic)));
     }
     Ok(redriven)

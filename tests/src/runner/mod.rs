@@ -259,5 +259,5 @@ pub async fn organization_digest(keys: &Keyspace, org: &str) -> String {
 
 /// A repair run in this process, as `projector repair` runs it (without its progress bar).
 pub async fn repair(config: Config, target: projector::RepairTarget) -> projector::RepairReport {
-    projector::repair(&config, target, &|_, _| {}).await.expect("the repair succeeds")
+    projector::repair(&config, target, projector::REPAIR_ATTEMPTS, &|_, _| {}).await.expect("the repair succeeds")
 }

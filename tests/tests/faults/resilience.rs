@@ -129,7 +129,8 @@ async fn a_repair_whose_connection_is_cut_as_it_stages_runs_again_and_repairs_th
     let cutting = Cutting::start(&format!("127.0.0.1:{}", redis.port()), "}:repair:").await;
     let mut config = own(&prefix);
     config.redis.url = format!("redis://127.0.0.1:{}", cutting.port).into();
-    let report = projector::repair(&config, projector::RepairTarget::Organization(org.clone()), &|_, _| {}).await;
+    let target = projector::RepairTarget::Organization(org.clone());
+    let report = projector::repair(&config, target, projector::REPAIR_ATTEMPTS, &|_, _| {}).await;
     assert!(cutting.has_cut(), "the connection was cut as the repair staged");
     let report = report.expect("the repair runs again and succeeds");
     assert!(report.keys_swapped > 0, "{report:?}");

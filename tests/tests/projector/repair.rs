@@ -220,8 +220,14 @@ impl Held {
 
     /// A repair of the organization, its standard error written to a file of its own.
     fn repair(&self) -> (runner::KillOnDrop, std::path::PathBuf) {
+        self.repair_with(&[])
+    }
+
+    /// A repair of the organization with more arguments.
+    fn repair_with(&self, more: &[&str]) -> (runner::KillOnDrop, std::path::PathBuf) {
         let log = std::env::temp_dir().join(unique("repair-log"));
-        let args = ["repair", "--organization", self.org.as_str()];
+        let mut args = vec!["repair", "--organization", self.org.as_str()];
+        args.extend_from_slice(more);
         let mut command = runner::command(&self.topics, self.live.prefix(), self.live.group(), &args);
         command.env("RUST_LOG", "info").stdout(Stdio::piped()).stderr(std::fs::File::create(&log).unwrap());
         (runner::KillOnDrop(command.spawn().unwrap()), log)
@@ -284,21 +290,39 @@ async fn two_repairs_of_one_organization_at_once_run_one_after_the_other_and_lea
 async fn a_repair_whose_staging_lost_a_key_swaps_nothing_and_says_which() {
     let held = Held::start(0x5eed_0024).await;
     let before = runner::organization_digest(&held.keys, &held.org).await;
-    let (repair, log) = held.repair();
-    let staged = eventually(Duration::from_secs(60), "the repair to stage the organization", || async {
-        let staged = staged_keys(&held.keys, &held.org).await;
-        staged.iter().find(|k| k.ends_with(":study-docs")).cloned()
-    })
-    .await;
-    // As a key lost to its TTL, a failover or a restart.
-    let _: () = redis().await.del(&staged).await.unwrap();
-    held.release().await;
+    // One run: the refused swap is the end of it.
+    let (repair, log) = held.repair_with(&["--attempts", "1"]);
+    lose_a_staged_key_then_release(&held).await;
     let (ok, said) = ended(repair, &log).await;
     assert!(!ok, "the repair succeeded with a staged key missing: {said}");
     assert!(said.contains("incomplete") && said.contains("study-docs"), "{said}");
     let hold_left: bool = redis().await.exists(&held.hold).await.unwrap();
     assert!(!hold_left, "the live path waits for the refused repair's hold to expire");
     assert_eq!(runner::organization_digest(&held.keys, &held.org).await, before, "the live data is as it was");
+    held.live.stop().await;
+}
+
+/// Waits for the repair to stage the organization, deletes its staged copy of the studies' documents (as
+/// a key lost to its TTL, a failover or a restart), then lets the repair take its hold.
+async fn lose_a_staged_key_then_release(held: &Held) {
+    let staged = eventually(Duration::from_secs(60), "the repair to stage the organization", || async {
+        let staged = staged_keys(&held.keys, &held.org).await;
+        staged.iter().find(|k| k.ends_with(":study-docs")).cloned()
+    })
+    .await;
+    let _: () = redis().await.del(&staged).await.unwrap();
+    held.release().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_repair_whose_staging_lost_a_key_runs_again_by_itself_and_repairs_the_organization() {
+    let held = Held::start(0x5eed_0025).await;
+    let (repair, log) = held.repair();
+    lose_a_staged_key_then_release(&held).await;
+    let (ok, said) = ended(repair, &log).await;
+    assert!(said.contains("incomplete") && said.contains("running it again"), "the first run was refused: {said}");
+    assert!(ok, "the second run succeeded: {said}");
+    assert!(held.equals_a_build_from_scratch().await, "the organization is repaired");
     held.live.stop().await;
 }
 
