@@ -290,4 +290,9 @@ mod tests {
         assert_eq!(Healing::decode(&entry.encode()), Some(entry));
         assert_eq!(Healing::decode("x y"), None, "the whole generation's entry is no partition's");
     }
+
+    #[test]
+    fn the_positions_script_writes_the_layout_under_the_field_it_is_read_back_from() {
+        assert!(RECORD.contains(&format!("redis.call('HSET', KEYS[1], '{LAYOUT_FIELD}', ARGV[2])")));
+    }
 }
