@@ -11,6 +11,7 @@ use axum::Json;
 use serde_json::json;
 
 use crate::auth::AuthError;
+use crate::read::generation::NotServed;
 use crate::read::ReadError;
 
 #[derive(Debug, thiserror::Error)]
@@ -36,9 +37,10 @@ pub enum ApiError {
     /// Shed or cut short to protect the server (too many requests in flight, or one took too long).
     #[error("overloaded: {0}")]
     Overloaded(&'static str),
-    /// No read model to serve yet (its active generation is unknown): retry with backoff.
-    #[error("read model not ready: {0}")]
-    NotReady(&'static str),
+    /// No read model to serve (not known yet, healing, lost...), or not the organization's part of it:
+    /// retry with backoff.
+    #[error("read model not ready: {}", .0.why())]
+    NotReady(NotServed),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -63,13 +65,13 @@ impl IntoResponse for ApiError {
                 if let Some(skipped) = UNAVAILABLE.allow() {
                     tracing::error!(error = %e, skipped, "read model unavailable");
                 }
-                unavailable()
+                unavailable(Refused("redis"))
             }
             ApiError::Overloaded(why) => {
                 if let Some(skipped) = OVERLOADED.allow() {
                     tracing::warn!(why, skipped, "request refused to protect the server");
                 }
-                unavailable()
+                unavailable(Refused("overloaded"))
             }
             ApiError::Throttled(wait) => {
                 if let Some(skipped) = THROTTLED.allow() {
@@ -83,11 +85,11 @@ impl IntoResponse for ApiError {
                 response.headers_mut().insert("retry-after", retry_after(wait).into());
                 response
             }
-            ApiError::NotReady(why) => {
+            ApiError::NotReady(not_served) => {
                 if let Some(skipped) = NOT_READY.allow() {
-                    tracing::warn!(why, skipped, "read model not ready");
+                    tracing::warn!(why = not_served.why(), skipped, "read model not ready");
                 }
-                unavailable()
+                unavailable(Refused(not_served.label()))
             }
             ApiError::Internal(e) => {
                 tracing::error!(error = %e, "internal error");
@@ -115,7 +117,7 @@ impl From<AuthError> for ApiError {
             AuthError::Unauthorized => ApiError::Unauthorized,
             AuthError::RateLimited(refused) => ApiError::TooManyRequests(refused.wait),
             AuthError::Throttled(wait) => ApiError::Throttled(wait),
-            AuthError::IndexLost => ApiError::NotReady("the key index was lost and is not projected again yet"),
+            AuthError::IndexLost => ApiError::NotReady(NotServed::KeyIndexLost),
             AuthError::Redis(e) => ApiError::Unavailable(e),
         }
     }
@@ -125,18 +127,45 @@ impl From<ReadError> for ApiError {
     fn from(e: ReadError) -> Self {
         match e {
             ReadError::Redis(e) => ApiError::Unavailable(e),
-            ReadError::SlotLost => ApiError::NotReady("an organization's data was lost and is not projected again yet"),
+            ReadError::SlotLost => ApiError::NotReady(NotServed::OrganizationLost),
         }
     }
 }
 
-/// 503 with `Retry-After: 1`.
-fn unavailable() -> Response {
+/// Why a 503 was answered, as the `cause` label of `api_refused_total`: carried from here to the metrics
+/// layer (`crate::edge::metrics`) in the response's extensions, never sent to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Refused(pub &'static str);
+
+/// 503 with `Retry-After: 1`, the same body whatever the cause.
+fn unavailable(cause: Refused) -> Response {
     let mut response = error(StatusCode::SERVICE_UNAVAILABLE, "service temporarily unavailable; retry later");
     response.headers_mut().insert("retry-after", "1".parse().expect("valid header"));
+    response.extensions_mut().insert(cause);
     response
 }
 
 fn error(status: StatusCode, message: &str) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(e: ApiError) -> (StatusCode, Option<Refused>) {
+        let response = e.into_response();
+        (response.status(), response.extensions().get::<Refused>().copied())
+    }
+
+    #[test]
+    fn every_503_carries_its_cause_for_the_metrics_and_no_other_answer_does() {
+        let healing = refused(ApiError::NotReady(NotServed::OrganizationHealing));
+        assert_eq!(healing, (StatusCode::SERVICE_UNAVAILABLE, Some(Refused("healing"))));
+        assert_eq!(refused(ApiError::NotReady(NotServed::Unsure)).1, Some(Refused("unsure")));
+        assert_eq!(refused(ApiError::Overloaded("too many requests in flight")).1, Some(Refused("overloaded")));
+        let redis = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        assert_eq!(refused(ApiError::Unavailable(redis)).1, Some(Refused("redis")));
+        assert_eq!(refused(ApiError::Unauthorized), (StatusCode::UNAUTHORIZED, None));
+    }
 }

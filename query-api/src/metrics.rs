@@ -27,6 +27,11 @@ pub struct CacheLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CauseLabels {
+    pub cause: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RouteLabels {
     pub route: String,
 }
@@ -38,6 +43,9 @@ pub struct Metrics {
     pub requests: Family<RequestLabels, Counter>,
     pub latency: Latency,
     pub auth_failures: Counter,
+    /// 503s by cause (`crate::error::Refused`): `healing`, `lost`, `behind`, `unsure`, `layout`,
+    /// `unknown` (the read model's condition), `redis` (a read failed), `overloaded`.
+    pub refused: Family<CauseLabels, Counter>,
     pub presign_failures: Counter,
     pub video_links_refused: Counter,
     /// API keys found in memory (kept, Redis pushing their changes: `crate::read::push`), and looked up in
@@ -70,6 +78,13 @@ impl Default for Metrics {
         registry.register("request_duration_seconds", "Time to answer, by route", latency.clone());
         let auth_failures = Counter::default();
         registry.register("auth_failures", "Requests refused for a missing or invalid API key", auth_failures.clone());
+        let refused = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "refused",
+            "Requests answered 503, by cause: `healing` (the read model, or the organization's part of it, \
+             being projected again), `lost`, `behind`, `unsure`, `layout`, `unknown`, `redis`, `overloaded`",
+            refused.clone(),
+        );
         let presign_failures = Counter::default();
         registry.register("presign_failures", "Video links that could not be signed", presign_failures.clone());
         let video_links_refused = Counter::default();
@@ -128,6 +143,7 @@ impl Default for Metrics {
             requests,
             latency,
             auth_failures,
+            refused,
             presign_failures,
             video_links_refused,
             key_lookups_memory,

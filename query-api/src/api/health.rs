@@ -41,7 +41,8 @@ pub async fn readyz_detail(State(state): State<AppState>) -> Response {
             Json(body).into_response()
         }
         Err(reason) => {
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reason": reason }))).into_response()
+            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reason": reason.why() })))
+                .into_response()
         }
     }
 }

@@ -9,7 +9,8 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::metrics::{Metrics, RequestLabels, RouteLabels};
+use crate::error::Refused;
+use crate::metrics::{CauseLabels, Metrics, RequestLabels, RouteLabels};
 
 /// Counts and times every request by its route pattern (never the raw path, which holds ids), and writes
 /// one access log line for it at `info` (target `access`): method, route, status and latency, inside the
@@ -27,6 +28,8 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
     metrics.requests.get_or_create(&RequestLabels { route, method, status }).inc();
     if status == 401 {
         metrics.auth_failures.inc();
+    } else if let Some(Refused(cause)) = (status == 503).then(|| response.extensions().get::<Refused>()).flatten() {
+        metrics.refused.get_or_create(&CauseLabels { cause }).inc();
     }
     response
 }

@@ -40,6 +40,56 @@ const UNSURE: u8 = 5;
 /// projector): nothing is served rather than misread, until the API is upgraded or the layout changes.
 const LAYOUT: u8 = 6;
 
+/// Why the read model, or an organization's part of it, is not served: a 503. Its text is logged and
+/// given on the admin readiness detail; its label counts the refusals (`api_refused_total`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotServed {
+    /// The projector is projecting the generation again (healing where the key index lives is healing
+    /// everywhere).
+    Healing,
+    /// The organization's slots are being projected again; the others are served.
+    OrganizationHealing,
+    Lost,
+    Behind,
+    Unsure,
+    Layout,
+    Unknown,
+    /// A key's lookup found the key index gone, before the projector marked the loss.
+    KeyIndexLost,
+    /// A read found the organization's data gone, before the projector marked the loss.
+    OrganizationLost,
+}
+
+impl NotServed {
+    pub fn why(self) -> &'static str {
+        match self {
+            Self::Healing => "the read model is incomplete: the projector is projecting it (again)",
+            Self::OrganizationHealing => {
+                "the organization's part of the read model is incomplete: the projector is projecting it (again)"
+            }
+            Self::Lost => "the read model's Redis lost its data; waiting for the projector",
+            Self::Behind => "the read model's Redis went back to an older generation; waiting for the projector",
+            Self::Unsure => "whether the read model is complete could not be read from Redis",
+            Self::Layout => "the read model's layout is not one this API reads: its log names the versions",
+            Self::Unknown => "the read model's active generation is not known yet",
+            Self::KeyIndexLost => "the key index was lost and is not projected again yet",
+            Self::OrganizationLost => "an organization's data was lost and is not projected again yet",
+        }
+    }
+
+    /// The `cause` label of `api_refused_total`: the healing ones are `healing`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::Healing | Self::OrganizationHealing => "healing",
+            Self::Lost | Self::KeyIndexLost | Self::OrganizationLost => "lost",
+            Self::Behind => "behind",
+            Self::Unsure => "unsure",
+            Self::Layout => "layout",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
 pub struct Generation {
     prefix: String,
     /// The active generation as last read; 0 until it has been read once.
@@ -97,19 +147,17 @@ impl Generation {
     }
 
     /// The keys of the generation being served, or why none is.
-    pub fn keyspace(&self) -> Result<Keyspace, &'static str> {
+    pub fn keyspace(&self) -> Result<Keyspace, NotServed> {
         self.serving().map(|generation| Keyspace::new(self.prefix.clone(), generation))
     }
 
     /// Whether `org`'s part of the generation being served is complete: while some primaries of a
     /// cluster heal, an organization whose keys live there is not served.
-    pub fn serves_organization(&self, keys: &Keyspace, org: &str) -> Result<(), &'static str> {
+    pub fn serves_organization(&self, keys: &Keyspace, org: &str) -> Result<(), NotServed> {
         if self.condition.load(Ordering::Acquire) == HEALING_SOME
             && self.healing.read().expect("healing scope").contains(slot(&keys.org_epoch(org)))
         {
-            return Err(
-                "the organization's part of the read model is incomplete: the projector is projecting it (again)",
-            );
+            return Err(NotServed::OrganizationHealing);
         }
         Ok(())
     }
@@ -121,14 +169,14 @@ impl Generation {
     }
 
     /// The generation being served, or why none is.
-    pub fn serving(&self) -> Result<u64, &'static str> {
+    pub fn serving(&self) -> Result<u64, NotServed> {
         match (self.generation.load(Ordering::Acquire), self.condition.load(Ordering::Acquire)) {
-            (_, HEALING) => Err("the read model is incomplete: the projector is projecting it (again)"),
-            (_, LOST) => Err("the read model's Redis lost its data; waiting for the projector"),
-            (_, BEHIND) => Err("the read model's Redis went back to an older generation; waiting for the projector"),
-            (_, UNSURE) => Err("whether the read model is complete could not be read from Redis"),
-            (_, LAYOUT) => Err("the read model's layout is not one this API reads: its log names the versions"),
-            (UNKNOWN, _) => Err("the read model's active generation is not known yet"),
+            (_, HEALING) => Err(NotServed::Healing),
+            (_, LOST) => Err(NotServed::Lost),
+            (_, BEHIND) => Err(NotServed::Behind),
+            (_, UNSURE) => Err(NotServed::Unsure),
+            (_, LAYOUT) => Err(NotServed::Layout),
+            (UNKNOWN, _) => Err(NotServed::Unknown),
             (generation, _) => Ok(generation),
         }
     }

@@ -285,7 +285,7 @@ fn the_error_examples_are_the_bodies_the_api_sends() {
         sent(ApiError::TooManyRequests(Duration::from_secs(1))),
         sent(ApiError::Internal("a bug".into())),
         sent(ApiError::Overloaded("too many requests in flight")),
-        sent(ApiError::NotReady("no generation")),
+        sent(ApiError::NotReady(crate::read::generation::NotServed::Unknown)),
     ];
     let throttled = sent(ApiError::Throttled(Duration::from_secs(3)));
     assert_eq!(throttled, ("429".into(), examples::error(examples::UNKNOWN_KEYS)));
