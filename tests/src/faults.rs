@@ -328,8 +328,12 @@ pub fn assert_no_wrong_answer_after(probes: &[Probe], detected: impl Into<Detect
     let later: Vec<&Probe> = probes.iter().filter(|p| p.at >= after).collect();
     let wrong: Vec<&&Probe> = later.iter().filter(|p| p.is_wrong()).collect();
     assert!(wrong.is_empty(), "{} wrong answers after the loss was detected, first: {:?}", wrong.len(), wrong[0]);
-    let healing = probes.iter().filter(|p| p.at + GRACE >= unseen);
-    assert!(healing.into_iter().any(|p| p.status == 503), "the API said 503 while the read model healed");
+    let waiting: Vec<&Probe> = probes.iter().filter(|p| p.at + GRACE >= unseen && p.status == 503).collect();
+    if let (Some(first), Some(last)) = (waiting.first(), waiting.last()) {
+        let since = |p: &Probe| p.at.saturating_duration_since(unseen);
+        println!("{} answers 503 from {:?} to {:?} after the loss", waiting.len(), since(first), since(last));
+    }
+    assert!(!waiting.is_empty(), "the API said 503 while the read model healed");
     assert!(
         later.iter().any(|p| p.status == 200),
         "the API answered again once healed; answers from the detection on: {:?}",
