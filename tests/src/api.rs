@@ -176,8 +176,12 @@ impl World {
     }
 
     /// Builds generation 2 from `messages`, on topics of its own (so it holds other data than generation
-    /// 1), then switches to it as [`Self::switch_to_a_second_generation`] does.
-    pub async fn switch_to_a_second_generation_of(&self, messages: &[Outgoing]) {
+    /// 1), then switches to it as [`Self::switch_to_a_second_generation`] does. The world's projector is
+    /// stopped first: generation 2 holds no position of its topics, so it would follow the switch as one
+    /// to a generation holding less than it applied, and project its events into it again (the API
+    /// answering 503 meanwhile), which a rebuild's switch never is.
+    pub async fn switch_to_a_second_generation_of(&mut self, messages: &[Outgoing]) {
+        self.projector.halt().await;
         let topics = Topics::create().await;
         kafka::publish(&self.producer, &topics, messages).await;
         let mut builder = runner::config(&topics, &self.prefix, &unique("g"));

@@ -34,7 +34,6 @@ use shared::connection::{Connection, Settings};
 use shared::redis_url::Target;
 use tokio::time::Instant;
 
-/// An environment variable the stack sets, with a message that says how to get it.
 /// Sends the logs of the projectors and APIs a test runs in its own process to the test's output, filtered
 /// by `TEST_LOG` (e.g. `projector=warn,query_api=warn`): printed only when the test fails.
 pub fn test_log() {
@@ -43,6 +42,7 @@ pub fn test_log() {
     }
 }
 
+/// An environment variable the stack sets, with a message that says how to get it.
 pub fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| {
         panic!("{name} is not set: start the local stack with `scripts/stack up` and `source .stack/env`")
@@ -67,6 +67,26 @@ where
         }
         if Instant::now() >= deadline {
             panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// [`eventually`] for a check that says what it saw when it is not satisfied: a timeout panics with the
+/// last thing it saw, so a failure shows how far from `what` the service was.
+pub async fn eventually_showing<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let seen = match check().await {
+            Ok(value) => return value,
+            Err(seen) => seen,
+        };
+        if Instant::now() >= deadline {
+            panic!("timed out after {timeout:?} waiting for {what}; last seen: {seen}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

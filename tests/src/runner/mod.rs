@@ -114,9 +114,8 @@ pub async fn build(config: Config, total: u64, timeout: Duration) {
     running.stop().await;
 }
 
-/// Waits until the projectors together consumed at least `total` messages, or fails the test after
-/// `timeout`.
-/// have also ended its healing entries, a moment later.
+/// Waits until the projectors together consumed at least `total` messages and none heals, or fails the
+/// test after `timeout`.
 pub async fn wait_until_consumed(projectors: &[&Running], total: u64, timeout: Duration) {
     let what = format!("{total} messages consumed and the read model complete");
     eventually(timeout, &what, || async {
@@ -177,6 +176,13 @@ impl Running {
     pub async fn stop(self) {
         let _ = self.stop.send(true);
         self.task.await.expect("projector task").expect("projector ends cleanly");
+    }
+
+    /// [`Running::stop`] for a projector that stays where it is (a [`crate::api::World`]'s): it consumes
+    /// nothing more. Stopping it again afterwards is a mistake of the test's.
+    pub async fn halt(&mut self) {
+        let _ = self.stop.send(true);
+        (&mut self.task).await.expect("projector task").expect("projector ends cleanly");
     }
 
     /// [`Running::stop`], failing the test if the projector has not stopped within `timeout`.

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use end_to_end::api::{unsigned, TestApp, World};
 use end_to_end::fixture::{self, completed, completed_study, interview, ACME, ACME_KEY};
-use end_to_end::{eventually, metrics};
+use end_to_end::{eventually_showing, metrics};
 use serde_json::Value;
 
 /// How long after the projector applied a change every API instance serves it, reads kept or not.
@@ -27,6 +27,24 @@ async fn answers(app: &TestApp) -> Vec<(u16, Value)> {
         all.push((status, unsigned(body)));
     }
     all
+}
+
+/// A round's answers if every one shows the new study and the new interview, else what it showed instead,
+/// with the API's refusals by cause so far (every 503 has the same body).
+async fn showing_the_change(app: &TestApp) -> Result<Vec<(u16, Value)>, String> {
+    let now = answers(app).await;
+    let first = |i: usize| &now[i].1["items"][0]["id"];
+    if first(0) == "s_new" && first(3) == "i_new" && now[5].0 == 200 {
+        return Ok(now);
+    }
+    let text = app.admin_get("/metrics").await.text().await.unwrap();
+    let refused: Vec<&str> = text.lines().filter(|line| line.starts_with("api_refused_total{")).collect();
+    Err(format!(
+        "statuses {:?}, first study {}, first interview of s_b {}, refused so far {refused:?}",
+        now.iter().map(|(status, _)| status).collect::<Vec<_>>(),
+        first(0),
+        first(3)
+    ))
 }
 
 async fn reads(app: &TestApp, source: &str) -> f64 {
@@ -80,19 +98,14 @@ async fn reads_kept_in_memory_are_answered_without_redis_and_a_change_is_served_
     world.publish(&change).await;
     // Every answer of one round must show the change (a round's requests are not one view: an
     // organization's kept reads may be dropped between two of them).
-    let now = eventually(CHANGE, "the change to be served", || async {
-        let now = answers(&world.app).await;
-        let changed = now[0].1["items"][0]["id"] == "s_new" && now[3].1["items"][0]["id"] == "i_new" && now[5].0 == 200;
-        changed.then_some(now)
-    })
-    .await;
+    let now = eventually_showing(CHANGE, "the change to be served", || showing_the_change(&world.app)).await;
     assert_eq!(now[0].1["pagination"]["total"], first[0].1["pagination"]["total"].as_u64().unwrap() + 1);
     assert_eq!(now[2], first[2], "what did not change is served as before");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_reads_kept_in_memory_a_generation_switch_is_followed_within_a_second() {
-    let world = keeping_reads().await;
+    let mut world = keeping_reads().await;
     let before = answers(&world.app).await;
     assert_eq!(answers(&world.app).await, before);
     assert!(reads(&world.app, "memory").await > 0.0);
@@ -107,12 +120,7 @@ async fn with_reads_kept_in_memory_a_generation_switch_is_followed_within_a_seco
     ]
     .concat();
     world.switch_to_a_second_generation_of(&generation_2).await;
-    let now = eventually(CHANGE, "generation 2 to be served", || async {
-        let now = answers(&world.app).await;
-        let changed = now[0].1["items"][0]["id"] == "s_new" && now[3].1["items"][0]["id"] == "i_new" && now[5].0 == 200;
-        changed.then_some(now)
-    })
-    .await;
+    let now = eventually_showing(CHANGE, "generation 2 to be served", || showing_the_change(&world.app)).await;
     assert_eq!(now[0].1["pagination"]["total"], before[0].1["pagination"]["total"].as_u64().unwrap() + 1);
     assert_eq!(now[2], before[2], "what generation 2 holds as generation 1 did is served as before");
     assert_eq!(now[4], before[4]);
