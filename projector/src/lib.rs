@@ -56,12 +56,12 @@ pub use heal::Watch;
 pub use observe::{Counts, Metrics, Outcome};
 pub use repair::{run as repair, Report as RepairReport, Target as RepairTarget, ATTEMPTS as REPAIR_ATTEMPTS};
 pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
-pub use run::{live_instances, Instance, Projector};
+pub use run::{live_instances, Instance, Projector, Undone};
 /// The operator's Kafka properties, which the benchmarks' ceilings read with too.
 pub use source::{KafkaOptions, Partition, Properties};
 /// The healing entries of a generation, as projectors mark and read them.
 pub use store::position::{healing as healing_entries, mark_healing, Healing};
-pub use store::{active_generation, delete_generation, generation_keys, Digest, Store};
+pub use store::{active_generation, delete_generation, delete_generation_while, generation_keys, Digest, Store};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -82,6 +82,9 @@ pub enum Error {
     /// A repair whose swap did not happen (nothing was swapped: the live data is as it was), and why.
     #[error("the repair of {what} was not swapped in: {source}")]
     NotSwapped { what: String, source: store::StoreError },
+    /// A rebuild's switch that Redis undid before the old generation was deleted (see `run::retire`).
+    #[error("{0}")]
+    SwitchUndone(run::Undone),
     /// A generation of a layout this build does not read (one line, with the versions).
     #[error(transparent)]
     Layout(#[from] shared::layout::UnknownLayout),

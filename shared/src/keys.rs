@@ -117,6 +117,14 @@ impl Keyspace {
         format!("{}:healing", self.base())
     }
 
+    /// Whether `key` is one of this generation's positions (see [`Keyspace::position`]).
+    pub fn is_position(&self, key: &str) -> bool {
+        key.strip_prefix(&self.base())
+            .and_then(|rest| rest.strip_prefix(":{"))
+            .and_then(|tagged| tagged.split_once('}'))
+            .is_some_and(|(_, rest)| rest == ":position")
+    }
+
     /// Whether `key` of this generation is the projector's bookkeeping (its meta, positions or healing),
     /// not the read model itself: a digest leaves these out.
     pub fn is_bookkeeping(&self, key: &str) -> bool {

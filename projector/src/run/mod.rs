@@ -6,7 +6,8 @@
 //!
 //! - [`Projector`] (here): one projector's configuration, source, store and metrics, and its start.
 //! - `live`: batch after batch, and the housekeeping that keeps instances and a rebuild in step.
-//! - [`rebuild`] and `handover`: a new generation replayed from the topics, and the switch to it.
+//! - [`rebuild`] and `handover`: a new generation replayed from the topics, and the switch to it; `retire`:
+//!   the old generation deleted once the switch holds.
 //! - `members` and `control`: the instances' reports, their share of the partitions, and the control keys.
 //!
 //! Elsewhere: how a live projector notices that Redis lost data and projects it again is
@@ -17,6 +18,7 @@ mod handover;
 mod live;
 mod members;
 pub mod rebuild;
+mod retire;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -30,6 +32,7 @@ use tokio::sync::watch;
 
 pub use control::rebuild_state;
 pub use members::{live_instances, Instance};
+pub use retire::Undone;
 
 use crate::backoff::Backoff;
 use crate::batch::{self, Step};

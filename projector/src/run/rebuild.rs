@@ -6,7 +6,8 @@
 //! stopped; if its generation lost its data meanwhile (a Redis restart), it starts over in a new one.
 //! It reads every partition itself (no group membership to share them with), from its group's committed
 //! offsets. Once within `handover_lag` messages of the end of every partition, it hands over (see
-//! [`super::handover`]). The old generation is deleted after a grace period with `UNLINK`, in batches.
+//! [`super::handover`]). The old generation is deleted after a grace period with `UNLINK`, in batches, while
+//! the switch holds (see [`super::retire`]).
 //! A generation is never made active before it has caught up.
 //!
 //! What it does is told as [`Notice`]s, which the operator command prints.
@@ -22,7 +23,7 @@ use shared::loss::Losses;
 use shared::Keyspace;
 use tokio::sync::watch;
 
-use super::{control, handover, Projector};
+use super::{control, handover, retire, Projector};
 use crate::backoff::Backoff;
 use crate::batch::Step;
 use crate::config::Config;
@@ -159,28 +160,7 @@ pub async fn run(
         tracing::warn!(error = %e, "could not release the rebuild lock; it expires by itself");
     }
     let Some((generation, old)) = result? else { return Ok(None) };
-    tokio::select! {
-        _ = stopped.wait_for(|stop| *stop) => {}
-        _ = tokio::time::sleep(options.grace) => {}
-    }
-    // The switch is done: a Redis that stalls or times out now delays the clean-up, it does not fail the
-    // rebuild. Deleting is idempotent, so it is tried again until it succeeds, for up to a minute.
-    let old_keys = Keyspace::new(prefix, old);
-    let give_up = Instant::now() + Duration::from_secs(60);
-    let mut backoff = Backoff::new();
-    let keys = loop {
-        match store::delete_generation(&mut conn, &old_keys).await {
-            Ok(keys) => break keys,
-            Err(e) if Instant::now() < give_up => {
-                tracing::warn!(error = %e, generation = old, "deleting the old generation failed; trying again");
-                if !backoff.wait(&mut stopped).await {
-                    return Ok(Some(generation));
-                }
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
-    notify(Notice::Deleted { generation: old, keys });
+    retire::retire(&mut conn, &prefix, (generation, old), options.grace, &mut stopped, notify).await?;
     Ok(Some(generation))
 }
 

@@ -137,6 +137,29 @@ pub async fn delete_generation(conn: &mut Connection, keys: &Keyspace) -> redis:
     Ok(names.len())
 }
 
+/// Deletes every key of the generation `retired` as [`delete_generation`] does, but only while the active
+/// pointer, read again before each batch, is one `deletes` allows (Redis can undo a rebuild's switch, see
+/// `run::retire`). The positions go first, so that a deletion stopped halfway is a loss the live
+/// projectors see, not a hole they would write around. `Ok(Err(pointer))`: the pointer it stopped at.
+pub async fn delete_generation_while(
+    conn: &mut Connection,
+    retired: &Keyspace,
+    deletes: impl Fn(Option<u64>) -> bool,
+) -> redis::RedisResult<Result<usize, Option<u64>>> {
+    let mut names = generation_keys(conn, retired).await?;
+    names.sort_by_key(|name| !retired.is_position(name));
+    let pointer = Keyspace::active_generation(retired.prefix());
+    for chunk in names.chunks(500) {
+        let active: Option<u64> = redis::AsyncCommands::get(conn, &pointer).await?;
+        if !deletes(active) {
+            return Ok(Err(active));
+        }
+        let unlinks: Vec<redis::Cmd> = chunk.iter().map(|name| one("UNLINK", name)).collect();
+        conn.query_all(&unlinks).await?;
+    }
+    Ok(Ok(names.len()))
+}
+
 /// A command of one key.
 pub(super) fn one(name: &str, key: &str) -> redis::Cmd {
     let mut cmd = redis::cmd(name);

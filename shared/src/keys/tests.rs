@@ -57,7 +57,10 @@ fn a_position_tag_exists_for_every_range_and_bookkeeping_is_told_apart() {
     assert!(ks.is_bookkeeping(&ks.api_key_epoch()) && !ks.is_bookkeeping(&ks.api_key_sha("ab")));
     assert!(ks.is_bookkeeping(&ks.org_epoch("o}:epoch")));
     assert!(ks.is_bookkeeping(&ks.transcripts_rewritten("o}:rewritten")));
+    assert!(ks.is_position(&ks.positions_on(&[(0, 16383)])) && !ks.at(3).is_position(&ks.position("position-3")));
+    assert!(!ks.is_position(&ks.org_epoch("o")) && !ks.is_position(&ks.healing()));
     for id in ["x}:epoch", "x}:position", "}:epoch", "x}:rewritten"] {
+        assert!(!ks.is_position(&ks.aggregate(Topic::Study, "o", id)), "{id}");
         assert!(!ks.is_bookkeeping(&ks.aggregate(Topic::Study, "o", id)), "{id}");
         assert!(!ks.is_bookkeeping(&ks.transcript("o", id)), "{id}");
     }

@@ -250,6 +250,16 @@ pub async fn delete_generation(conn: &mut Connection, keys: &Keyspace) {
     projector::delete_generation(conn, keys).await.expect("generation deleted");
 }
 
+/// Deletes a generation's keys as a rebuild does after its switch: a batch of 500 at a time, while `deletes`
+/// allows the active pointer read before each batch. The pointer it stopped at, if it stopped.
+pub async fn delete_generation_while(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    deletes: impl Fn(Option<u64>) -> bool,
+) -> Result<usize, Option<u64>> {
+    projector::delete_generation_while(conn, keys, deletes).await.expect("generation deleted")
+}
+
 /// The live projectors registered under a prefix, as (instance id, partitions, generation), sorted.
 pub async fn instances(conn: &Connection, prefix: &str) -> Vec<(String, usize, u64)> {
     let live = projector::live_instances(&mut conn.clone(), prefix).await.expect("instances");

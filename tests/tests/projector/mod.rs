@@ -13,3 +13,4 @@ mod repair;
 mod scale_out;
 mod store;
 mod transactions;
+mod undone;

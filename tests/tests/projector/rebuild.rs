@@ -241,48 +241,6 @@ async fn a_rebuild_whose_lock_another_took_stops_without_switching() {
     live.stop().await;
 }
 
-/// A restore of Redis from a snapshot taken just before a rebuild's switch, landing before any live
-/// projector followed the switch: the projectors go on with the older generation, and nothing will ever
-/// put the newer one back. An API that served the newer one waits until the live projectors report the
-/// older one after the restore, then serves it (503 for ever before).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_switch_undone_by_a_restore_before_any_projector_followed_it_is_served_again_once_they_report_the_older_generation(
-) {
-    let messages = fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let prefix = end_to_end::unique("undone");
-    let config = runner::config(&topics, &prefix, &end_to_end::unique("g"));
-    let projector = runner::spawn(config.clone()).await;
-    projector.wait_until_consumed(messages.len() as u64, Duration::from_secs(60)).await;
-    let app = spawn_app(api::config(&prefix, &env("REDIS_URL"))).await;
-    app.wait_serving(Duration::from_secs(30)).await;
-    assert_eq!(app.get("/v1/studies", Some(fixture::ACME_KEY)).await.status(), 200);
-    projector.stop().await;
-
-    // A rebuild switched to generation 2, and the API served it; then Redis went back to before the
-    // switch, while no projector ran.
-    let mut conn = redis().await;
-    let _: () = conn.set(Keyspace::active_generation(&prefix), 2).await.unwrap();
-    let generation = || async { app.admin_get("/readyz").await.json::<Value>().await.unwrap()["generation"].as_u64() };
-    eventually(Duration::from_secs(10), "the API to serve generation 2", || async {
-        (generation().await == Some(2)).then_some(())
-    })
-    .await;
-    let _: () = conn.set(Keyspace::active_generation(&prefix), 1).await.unwrap();
-    eventually(Duration::from_secs(10), "the API to refuse the older generation", || async {
-        (app.get("/v1/studies", Some(fixture::ACME_KEY)).await.status() == 503).then_some(())
-    })
-    .await;
-
-    // The projector starts on generation 1, the active one: once it reports it, generation 1 is served.
-    let _projector = runner::spawn(config).await;
-    eventually(Duration::from_secs(20), "the API to serve generation 1 again", || async {
-        (app.get("/v1/studies", Some(fixture::ACME_KEY)).await.status() == 200).then_some(())
-    })
-    .await;
-    assert_eq!(generation().await, Some(1));
-}
-
 /// A live projector that follows a switch to a generation holding less than it applied (Redis lost what
 /// a rebuild wrote before the switch) marks the loss and heals it: the API answers 503 until the
 /// generation holds everything again, never 401 to a live key or a shorter list.
