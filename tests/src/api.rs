@@ -99,6 +99,13 @@ impl TestApp {
         let status = response.status().as_u16();
         (status, response.json().await.expect("a JSON body"))
     }
+
+    /// The status of `/v1/studies` for `key`, and the total it gave (none with an error body).
+    pub async fn studies_total(&self, key: &str) -> (u16, Option<u64>) {
+        let response = self.get("/v1/studies", Some(key)).await;
+        let status = response.status().as_u16();
+        (status, response.json::<serde_json::Value>().await.ok().and_then(|body| body["pagination"]["total"].as_u64()))
+    }
 }
 
 impl Drop for TestApp {

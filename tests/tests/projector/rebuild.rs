@@ -254,11 +254,7 @@ async fn a_switch_to_a_generation_holding_less_than_was_applied_is_healed_as_a_l
     projector.wait_until_consumed(messages.len() as u64, Duration::from_secs(60)).await;
     let app = spawn_app(api::config(&prefix, &env("REDIS_URL"))).await;
     app.wait_serving(Duration::from_secs(30)).await;
-    let total = || async {
-        let response = app.get("/v1/studies", Some(fixture::ACME_KEY)).await;
-        let status = response.status().as_u16();
-        (status, response.json::<Value>().await.ok().and_then(|body| body["pagination"]["total"].as_u64()))
-    };
+    let total = || app.studies_total(fixture::ACME_KEY);
     let (status, full) = total().await;
     assert_eq!(status, 200);
 

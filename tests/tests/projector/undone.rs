@@ -69,11 +69,7 @@ async fn a_switch_undone_during_the_grace_keeps_the_served_generation_whole_and_
     runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
     let app = spawn_app(api::config(&prefix, &env("REDIS_URL"))).await;
     app.wait_serving(Duration::from_secs(30)).await;
-    let studies = || async {
-        let response = app.get("/v1/studies", Some(fixture::ACME_KEY)).await;
-        let status = response.status().as_u16();
-        (status, response.json::<Value>().await.ok().and_then(|body| body["pagination"]["total"].as_u64()))
-    };
+    let studies = || app.studies_total(fixture::ACME_KEY);
     let (status, full) = studies().await;
     assert_eq!(status, 200);
     let (generation_1, generation_2) = (Keyspace::new(prefix.clone(), 1), Keyspace::new(prefix.clone(), 2));
