@@ -60,20 +60,15 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_showing(timeout, what, || {
+        let checked = check();
+        async move { checked.await.ok_or_else(String::new) }
+    })
+    .await
 }
 
 /// [`eventually`] for a check that says what it saw when it is not satisfied: a timeout panics with the
-/// last thing it saw, so a failure shows how far from `what` the service was.
+/// last thing it saw (unless empty), so a failure shows how far from `what` the service was.
 pub async fn eventually_showing<T, F, Fut>(timeout: Duration, what: &str, mut check: F) -> T
 where
     F: FnMut() -> Fut,
@@ -86,7 +81,8 @@ where
             Err(seen) => seen,
         };
         if Instant::now() >= deadline {
-            panic!("timed out after {timeout:?} waiting for {what}; last seen: {seen}");
+            let seen = if seen.is_empty() { seen } else { format!("; last seen: {seen}") };
+            panic!("timed out after {timeout:?} waiting for {what}{seen}");
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
