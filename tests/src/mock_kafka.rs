@@ -7,6 +7,7 @@ use std::process::{Command, Stdio};
 use projector::{Config, Membership};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
+use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
 use rdkafka::ClientConfig;
 use shared::Topic;
 
@@ -61,6 +62,13 @@ impl MockKafka {
             self.cluster.create_topic(&format!("{name}.dlq"), PARTITIONS, 1).expect("dead-letter topic created");
         }
         topics
+    }
+
+    /// Refuses the next `count` offset commits, of any group, with an error the client does not retry
+    /// (`OFFSET_METADATA_TOO_LARGE`): a broker that takes reads but loses or refuses commits.
+    pub fn refuse_commits(&self, count: usize) {
+        let errors = vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE; count];
+        self.cluster.request_errors(RDKafkaApiKey::OffsetCommit, &errors);
     }
 
     /// A topic of one partition, for a member of another subscription.

@@ -1,11 +1,11 @@
 //! How live projectors and a rebuild coordinate through Redis, with no other channel between them.
 //!
 //! Every live projector reports itself ([`super::members`]) and reads the active generation and the
-//! rebuild's phase a few times a second. When a
-//! rebuild reaches its `handover` phase, each live projector commits what it applied and pauses; once
-//! every live projector is paused, the rebuild catches up with their committed offsets and switches the
-//! active generation; each live projector then follows it and resumes from its committed offsets. If the
-//! rebuild dies during the handover (its lock expires), live projectors resume on their old generation.
+//! rebuild's phase a few times a second. When a rebuild reaches its `handover` phase, each live projector
+//! commits what it applied, records it as its generation's positions and pauses; once every live projector
+//! is paused, the rebuild catches up with what they applied and switches the active generation; each live
+//! projector then follows it and resumes where it was. If the rebuild dies during the handover (its lock
+//! expires), live projectors resume on their old generation.
 
 use redis::aio::ConnectionLike;
 use redis::RedisResult;

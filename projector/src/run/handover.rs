@@ -1,8 +1,11 @@
 //! A rebuild's handover, the one moment live projectors and a rebuild act together: the live projectors
-//! commit what they applied and pause; once every one of them is paused, the rebuild catches up with
-//! their committed offsets and switches the active generation in one `SET`; each live projector then
-//! follows it and resumes from its committed offsets. If the rebuild dies during the handover (its lock
-//! expires), the live projectors resume on their old generation.
+//! commit what they applied, record it as their generation's positions and pause; once every one of them
+//! is paused, the rebuild catches up with those positions or their committed offsets, whichever is
+//! further, and switches the active generation in one `SET`; each live projector then follows it and
+//! resumes where it was. If the rebuild dies during the handover (its lock expires), the live projectors
+//! resume on their old generation.
+
+use std::collections::{BTreeSet, HashMap};
 
 use redis::AsyncCommands;
 use shared::connection::Connection;
@@ -15,10 +18,11 @@ use super::{control, members, Projector};
 use crate::batch::Step;
 use crate::config::Config;
 use crate::heal::Watch;
-use crate::source::group_committed;
+use crate::source::{group_committed, Partition};
+use crate::store::position;
 use crate::Error;
 
-/// Pauses the live projectors, catches up with their committed offsets and switches. False when it must
+/// Pauses the live projectors, catches up with what they applied and switches. False when it must
 /// be tried again later (a live projector did not pause in time, or shutting down).
 #[allow(clippy::too_many_arguments)]
 pub async fn run(
@@ -36,11 +40,11 @@ pub async fn run(
     let rebuild_key = Keyspace::rebuild(prefix);
     set_phase(conn, &rebuild_key, projector, control::HANDOVER).await?;
     let deadline = tokio::time::Instant::now() + options.handover_timeout;
-    loop {
+    let paused: BTreeSet<u64> = loop {
         let instances = members::live_instances(conn, prefix).await?;
         let running = instances.values().filter(|i| i.generation != generation && !i.paused).count();
         if running == 0 {
-            break;
+            break instances.values().map(|i| i.generation).filter(|g| *g != generation).collect();
         }
         if tokio::time::Instant::now() > deadline || *stopped.borrow() {
             notify(Notice::HandoverPostponed { running });
@@ -53,8 +57,8 @@ pub async fn run(
             Step::Lost(losses) => return postpone(conn, &rebuild_key, projector, watch, losses, notify).await,
             Step::Applied(_) | Step::Idle => {}
         }
-    }
-    let live = group_committed(config, &config.group_id)?;
+    };
+    let live = live_applied(config, conn, projector, &paused).await?;
     // What this rebuild committed before a restart counts as applied.
     let own = projector.source.committed()?;
     let reached = |projector: &Projector, partition| {
@@ -81,6 +85,32 @@ pub async fn run(
     lock.check(conn).await?;
     let _: () = conn.set(Keyspace::active_generation(prefix), generation).await?;
     Ok(true)
+}
+
+/// How far the paused live projectors got on each partition: what their group committed, or what the
+/// generations they write hold, whichever is further. A commit can fail, or (from a group member) still
+/// be on its way when its projector reports itself paused; a paused projector has recorded what it applied
+/// as its generation's positions first. Catching up with less would switch to a generation holding less
+/// than the one the API serves (the live projectors would find it and heal it, but the API would serve it
+/// short until they did).
+async fn live_applied(
+    config: &Config,
+    conn: &mut Connection,
+    projector: &mut Projector,
+    generations: &BTreeSet<u64>,
+) -> Result<HashMap<Partition, i64>, Error> {
+    let mut applied = group_committed(config, &config.group_id)?;
+    let partitions = projector.source.partitions()?.to_vec();
+    for generation in generations {
+        let keys = Keyspace::new(config.redis.key_prefix.clone(), *generation);
+        for (partition, held) in position::read(conn, &keys, &partitions).await? {
+            if let Some(held) = held {
+                let entry = applied.entry(partition).or_insert(held);
+                *entry = (*entry).max(held);
+            }
+        }
+    }
+    Ok(applied)
 }
 
 /// Redis lost data of the new generation during the handover: the live projectors resume, and the

@@ -152,6 +152,21 @@ async fn pause(
     stopped: &mut watch::Receiver<bool>,
 ) -> Result<bool, Error> {
     projector.source.commit_applied();
+    // The rebuild catches up with what this projector applied as its generation's positions say (a commit
+    // can fail, or still be on its way): they are recorded before it reports itself paused. Until they
+    // are, it goes on, and pauses at a later look.
+    let keys = projector.store.keys().clone();
+    match heal.watch.losses(&keys, &projector.source.positions()).await {
+        Ok(losses) if losses.is_empty() => {}
+        Ok(losses) => {
+            heal.lost(&mut projector.healing(), losses).await?;
+            return Ok(true);
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "could not record what was applied before pausing; pausing at a later look");
+            return Ok(true);
+        }
+    }
     let prefix = projector.config.redis.key_prefix.clone();
     tracing::info!(target, "paused for a rebuild's handover");
     loop {

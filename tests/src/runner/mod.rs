@@ -214,10 +214,15 @@ pub async fn rebuild(config: Config) -> Result<Option<u64>, projector::Error> {
 
 /// [`rebuild`], also returning every notice it gave, as printed.
 pub async fn rebuild_noting(config: Config) -> (Result<Option<u64>, projector::Error>, Vec<String>) {
+    rebuild_handing_over_at(config, 0).await
+}
+
+/// [`rebuild_noting`], handing over once within `lag` messages of the end of every partition.
+pub async fn rebuild_handing_over_at(config: Config, lag: i64) -> (Result<Option<u64>, projector::Error>, Vec<String>) {
     let notices = std::sync::Mutex::new(Vec::new());
     let options = projector::RebuildOptions {
         grace: Duration::from_secs(1),
-        handover_lag: 0,
+        handover_lag: lag,
         handover_timeout: Duration::from_secs(30),
         lock_wait: Duration::ZERO,
     };

@@ -5,6 +5,7 @@ mod crash_recovery;
 mod event_schemas;
 mod footprint;
 mod group;
+mod handover;
 mod kafka_clients;
 mod late_events;
 mod projection;

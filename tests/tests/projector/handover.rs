@@ -1,0 +1,123 @@
+//! A rebuild's handover when the live projectors' commits never reached the broker: the rebuild catches
+//! up with what they applied to the read model, not only with what their group committed, so that the
+//! generation it switches to never holds less than the one they leave.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use end_to_end::kafka::Topics;
+use end_to_end::mock_kafka::MockKafka;
+use end_to_end::scenario::Scenario;
+use end_to_end::{eventually, kafka, metrics, runner, unique};
+use redis::AsyncCommands;
+use shared::connection::Connection;
+use shared::task::AbortOnDrop;
+use shared::Keyspace;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_rebuild_catches_up_with_what_the_live_projectors_applied_even_when_the_broker_refused_their_commits() {
+    let kafka = MockKafka::start();
+    let topics = kafka.topics();
+    let scenario = Scenario::generate(0x5eed_0a11, 4, 20, 8);
+    let total = scenario.messages.len() as u64;
+    let (first, second) = scenario.messages.split_at(scenario.messages.len() / 2);
+    let producer = kafka::producer_on(kafka.client());
+    kafka::publish(&producer, &topics, first).await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+
+    // The broker refuses every commit: the live group's committed offsets stay at nothing, while the live
+    // projector applies every event.
+    kafka.refuse_commits(1_000_000);
+    let live = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
+    live.wait_until_consumed(first.len() as u64, Duration::from_secs(120)).await;
+
+    // A rebuild that hands over as soon as it starts, while the second half arrives in small parts: the
+    // live projector applies batches until the moment it pauses, and what it applied is all the rebuild
+    // has to go by.
+    let publishing = {
+        let (producer, topics, second) = (producer.clone(), topics.clone(), second.to_vec());
+        tokio::spawn(async move {
+            for part in second.chunks(40) {
+                kafka::publish(&producer, &topics, part).await;
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let started = Instant::now();
+    let config = kafka.config(&topics, &prefix, &group, &[]);
+    let (switched, notices) = runner::rebuild_handing_over_at(config, i64::MAX).await;
+    assert_eq!(switched.expect("the rebuild switches"), Some(2), "{notices:#?}");
+    println!("{total} events; switched {:?} after the rebuild started", started.elapsed());
+    let conn = end_to_end::redis().await;
+    eventually(Duration::from_secs(10), "the live projector to follow the switch", || async {
+        (runner::instances(&conn, &prefix).await.iter().all(|(_, _, generation)| *generation == 2)).then_some(())
+    })
+    .await;
+    let losses = metrics::sample(&live.metrics_text(), "projector_redis_losses_total", &[]);
+    assert_eq!(losses, 0.0, "the live projector found generation 2 holding less than it had applied");
+    publishing.await.expect("published");
+    live.wait_until_consumed(total, Duration::from_secs(120)).await;
+    let digest = runner::digest(&Keyspace::new(prefix.clone(), 2)).await;
+    live.stop().await;
+
+    let scratch = Keyspace::new(unique("scratch"), 1);
+    runner::build(kafka.config(&topics, scratch.prefix(), &unique("g"), &[]), total, Duration::from_secs(120)).await;
+    assert_eq!(digest, runner::digest(&scratch).await, "generation 2 is every event's read model when switched to");
+}
+
+/// A live projector asked to pause while events keep coming records what it applied, its last batch
+/// included, as its generation's positions before it reports itself paused: those positions are what a
+/// rebuild catches up with when the group's commits fall short.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_projector_records_all_it_applied_before_it_reports_itself_paused() {
+    let scenario = Scenario::generate(0x5eed_0a12, 4, 20, 8);
+    let topics = Topics::create().await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    let publishing = {
+        let (topics, messages) = (topics.clone(), scenario.messages.clone());
+        AbortOnDrop::spawn(async move {
+            let producer = kafka::producer();
+            for part in messages.chunks(10) {
+                kafka::publish(&producer, &topics, part).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    live.wait_until_consumed(500, Duration::from_secs(60)).await;
+
+    // A rebuild of generation 2 enters its handover, as a rebuild writes it: its state and its lock.
+    let mut conn = end_to_end::redis().await;
+    let state = [("generation", "2"), ("group", group.as_str()), ("phase", "handover")];
+    let _: () = conn.hset_multiple(Keyspace::rebuild(&prefix), &state).await.unwrap();
+    let _: () = conn.set_ex(Keyspace::rebuild_lock(&prefix), "a rebuild", 60).await.unwrap();
+    eventually(Duration::from_secs(10), "the live projector to report itself paused", || async {
+        let reports: HashMap<String, String> = conn.clone().hgetall(Keyspace::projectors(&prefix)).await.ok()?;
+        let paused = reports.values().filter_map(|json| serde_json::from_str::<projector::Instance>(json).ok());
+        paused.map(|report| report.paused).reduce(|a, b| a && b).unwrap_or(false).then_some(())
+    })
+    .await;
+    let consumed = live.consumed();
+    assert!(consumed < scenario.messages.len() as u64, "events were still coming when it paused");
+    let recorded = recorded_positions(&mut conn, &Keyspace::new(prefix.clone(), 1)).await;
+    assert_eq!(recorded, consumed, "the positions recorded add up to every message it consumed");
+    drop(publishing);
+    live.stop().await;
+}
+
+/// The positions a generation holds, added up over the partitions (each the lowest any primary holds).
+async fn recorded_positions(conn: &mut Connection, keys: &Keyspace) -> u64 {
+    let mut lowest: HashMap<String, u64> = HashMap::new();
+    for key in runner::generation_keys(conn, keys).await.into_iter().filter(|key| keys.is_position(key)) {
+        let fields: HashMap<String, String> = conn.hgetall(&key).await.unwrap();
+        for (field, value) in fields {
+            if let Ok(position) = value.parse::<u64>() {
+                if field.contains('/') {
+                    let entry = lowest.entry(field).or_insert(position);
+                    *entry = (*entry).min(position);
+                }
+            }
+        }
+    }
+    lowest.values().sum()
+}
