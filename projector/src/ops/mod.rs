@@ -3,6 +3,7 @@
 
 mod digest;
 mod dlq;
+mod generations;
 mod rebuild;
 mod repair;
 mod status;
@@ -68,6 +69,16 @@ pub enum Command {
         /// The generation to digest.
         #[arg(long)]
         generation: Option<u64>,
+    },
+    /// List the generations Redis holds keys of and what each is (active, being rebuilt, written by a live
+    /// projector, or left behind); delete one left behind.
+    Generations {
+        /// Delete this generation, if it is left behind: neither active, nor being rebuilt, nor written by
+        /// a live projector.
+        #[arg(long, value_name = "GENERATION")]
+        delete: Option<u64>,
+        #[arg(short, long, value_enum, default_value_t = Output::Text)]
+        output: Output,
     },
     /// Print the active and building generations, live projectors, lag per partition, dead-letter depth.
     Status {
@@ -135,6 +146,7 @@ pub async fn run(cli: Cli) -> Result<std::process::ExitCode, Error> {
             repair::run(&config, target, attempts, output).await
         }
         Command::Digest { generation } => digest::run(&config, generation).await,
+        Command::Generations { delete, output } => generations::run(&config, delete, output).await,
         Command::Dlq { action: DlqAction::List { output } } => dlq::list(&config, output),
         Command::Dlq { action: DlqAction::Replay { corrected, dry_run, output } } => {
             dlq::replay(&config, &corrected, dry_run, output).await

@@ -29,6 +29,9 @@ pub struct Status {
     /// aggregates below) are not read, and the other commands that use the generation refuse.
     pub layout_read: bool,
     pub rebuild: Option<Rebuild>,
+    /// Generations that hold keys while nothing serves or writes them (`projector generations`): memory to
+    /// take back with `projector generations --delete N`.
+    pub left_behind: Vec<u64>,
     /// Live projectors by instance id, as each last reported itself.
     pub live_projectors: BTreeMap<String, Instance>,
     /// The live consumer group.
@@ -160,6 +163,12 @@ async fn gather(config: &Config) -> Result<Status, Error> {
     let state = rebuild_state(&mut conn, prefix).await?;
     let rebuild = state.generation.map(|generation| Rebuild { generation, phase: state.phase, running: state.locked });
     let live_projectors = live_instances(&mut conn, prefix).await?.into_iter().collect();
+    let left_behind = super::generations::list(&mut conn, prefix)
+        .await?
+        .into_iter()
+        .filter(|g| g.role == super::generations::Role::LeftBehind)
+        .map(|g| g.generation)
+        .collect();
     let partitions = group_progress(config, &config.group_id)?
         .into_iter()
         .map(|p| PartitionLag {
@@ -187,6 +196,7 @@ async fn gather(config: &Config) -> Result<Status, Error> {
         active_layout,
         layout_read,
         rebuild,
+        left_behind,
         live_projectors,
         group: config.group_id.clone(),
         partitions,
@@ -236,6 +246,13 @@ fn print_text(status: &Status) {
         }
         None => println!("building generation: none"),
     }
+    match status.left_behind.as_slice() {
+        [] => println!("generations left behind: none"),
+        left => {
+            let left: Vec<String> = left.iter().map(u64::to_string).collect();
+            println!("generations left behind: {} (`projector generations --delete N` deletes one)", left.join(", "));
+        }
+    }
     let now = now();
     println!("live projectors: {}", status.live_projectors.len());
     for (id, i) in &status.live_projectors {
@@ -282,6 +299,7 @@ mod tests {
             active_layout: Some("1".into()),
             layout_read: true,
             rebuild: None,
+            left_behind: Vec::new(),
             live_projectors: BTreeMap::new(),
             group: "g".into(),
             partitions: Vec::new(),

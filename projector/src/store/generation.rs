@@ -128,7 +128,7 @@ pub async fn generation_keys(conn: &mut Connection, keys: &Keyspace) -> redis::R
 /// Deletes every key of a generation with UNLINK, a batch at a time, so Redis never blocks on it; returns
 /// how many keys there were.
 pub async fn delete_generation(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<usize> {
-    let names = generation_keys(conn, keys).await?;
+    let names = in_deletion_order(generation_keys(conn, keys).await?, keys);
     for chunk in names.chunks(500) {
         // One UNLINK per key: keys of different organizations may sit in different slots.
         let unlinks: Vec<redis::Cmd> = chunk.iter().map(|name| one("UNLINK", name)).collect();
@@ -140,14 +140,13 @@ pub async fn delete_generation(conn: &mut Connection, keys: &Keyspace) -> redis:
 /// Deletes every key of the generation `retired` as [`delete_generation`] does, but only while the active
 /// pointer, read again before each batch, is one `deletes` allows (Redis can undo a rebuild's switch, see
 /// `run::retire`). The positions go first, so that a deletion stopped halfway is a loss the live
-/// projectors see, not a hole they would write around. `Ok(Err(pointer))`: the pointer it stopped at.
+/// projectors see, not a hole they would write around; the meta goes last. `Ok(Err(pointer))`: the pointer it stopped at.
 pub async fn delete_generation_while(
     conn: &mut Connection,
     retired: &Keyspace,
     deletes: impl Fn(Option<u64>) -> bool,
 ) -> redis::RedisResult<Result<usize, Option<u64>>> {
-    let mut names = generation_keys(conn, retired).await?;
-    names.sort_by_key(|name| !retired.is_position(name));
+    let names = in_deletion_order(generation_keys(conn, retired).await?, retired);
     let pointer = Keyspace::active_generation(retired.prefix());
     for chunk in names.chunks(500) {
         let active: Option<u64> = redis::AsyncCommands::get(conn, &pointer).await?;
@@ -158,6 +157,22 @@ pub async fn delete_generation_while(
         conn.query_all(&unlinks).await?;
     }
     Ok(Ok(names.len()))
+}
+
+/// The positions first (a deletion stopped halfway is then a loss the live projectors see), the meta last
+/// (`projector generations` still finds the generation).
+fn in_deletion_order(mut names: Vec<String>, keys: &Keyspace) -> Vec<String> {
+    let meta = keys.meta();
+    names.sort_by_key(|name| {
+        if keys.is_position(name) {
+            0
+        } else if *name == meta {
+            2
+        } else {
+            1
+        }
+    });
+    names
 }
 
 /// A command of one key.

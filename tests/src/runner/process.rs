@@ -89,8 +89,6 @@ pub fn output_within(mut command: Command, deadline: Duration) -> Output {
     child.wait_with_output().expect("command output")
 }
 
-/// Runs the projector binary with a test's arguments and `extra` to completion (see [`output_within`]),
-/// fails the test unless it exits 0, and returns what it printed on stdout.
 /// Runs `projector status` (with `extra`, e.g. `-o json`) and returns its exit code, which says what it
 /// found (0, or 2 to 5), and what it printed; a failure of the command itself (1, a signal) fails the test.
 pub async fn status_of(
@@ -110,6 +108,8 @@ pub async fn status_of(
     (code, stdout)
 }
 
+/// Runs the projector binary with a test's arguments and `extra` to completion (see [`output_within`]),
+/// fails the test unless it exits 0, and returns what it printed on stdout.
 pub async fn succeed(topics: &Topics, prefix: &str, group: &str, extra: &[&str], deadline: Duration) -> String {
     let command = command(topics, prefix, group, extra);
     let output = tokio::task::spawn_blocking(move || output_within(command, deadline)).await.expect("command thread");

@@ -1,0 +1,143 @@
+//! `projector generations`: the generations Redis still holds keys of, and what each one is; with
+//! `--delete N`, deletes one left behind. A rebuild deletes the generation it switched from, but keeps it
+//! when Redis undid the switch, and gives up after a minute of Redis failures (`run::retire`): such a
+//! generation is served by nothing and written by nothing, and only this command takes its memory back.
+//!
+//! A generation is found by its meta hash or its positions on any primary (`EXISTS`, not a walk of the
+//! keyspace): a deletion takes the positions first and the meta last, so one stopped halfway is still
+//! found.
+
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+use shared::connection::{Connection, Node};
+use shared::Keyspace;
+
+use super::Output;
+use crate::config::Config;
+use crate::run::{live_instances, rebuild_state};
+use crate::store::{self, position};
+use crate::Error;
+
+/// What a generation holding keys is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Role {
+    /// The one the API serves and the live projectors write.
+    Active,
+    /// A rebuild writes it, or will resume it.
+    Building,
+    /// Not active, but a live projector still writes it (one that has not followed a switch yet).
+    Written,
+    /// Nothing serves or writes it: memory an operator takes back with `--delete`.
+    LeftBehind,
+}
+
+impl Role {
+    fn describe(self) -> &'static str {
+        match self {
+            Role::Active => "active",
+            Role::Building => "being rebuilt",
+            Role::Written => "written by a live projector",
+            Role::LeftBehind => "left behind",
+        }
+    }
+}
+
+/// A generation that holds keys.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Generation {
+    pub generation: u64,
+    pub role: Role,
+}
+
+pub async fn run(config: &Config, delete: Option<u64>, output: Output) -> Result<(), Error> {
+    let mut conn = super::status::connect(config).await?;
+    let prefix = &config.redis.key_prefix;
+    if let Some(generation) = delete {
+        let keys = delete_left_behind(&mut conn, prefix, generation).await?;
+        if output == Output::Text {
+            println!("deleted generation {generation} ({keys} keys)");
+        }
+    }
+    let found = list(&mut conn, prefix).await?;
+    match output {
+        Output::Json => println!("{}", serde_json::to_string_pretty(&found).expect("generations serialize")),
+        Output::Text if found.is_empty() => println!("no generation holds keys"),
+        Output::Text => {
+            for Generation { generation, role } in &found {
+                println!("generation {generation}: {}", role.describe());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Every generation that holds keys, from the first to the last one ever started, with what it is.
+pub async fn list(conn: &mut Connection, prefix: &str) -> Result<Vec<Generation>, Error> {
+    let active: Option<u64> = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await?;
+    let counter: Option<u64> = redis::cmd("GET").arg(Keyspace::generation_counter(prefix)).query_async(conn).await?;
+    let building = rebuild_state(conn, prefix).await?.generation;
+    let written: BTreeSet<u64> = live_instances(conn, prefix).await?.values().map(|i| i.generation).collect();
+    let last = [active, counter, building].into_iter().flatten().max().unwrap_or(0);
+    let holding = holding_keys(conn, prefix, last).await?;
+    let mut found = Vec::new();
+    for generation in holding {
+        let role = if active == Some(generation) {
+            Role::Active
+        } else if building == Some(generation) {
+            Role::Building
+        } else if written.contains(&generation) {
+            Role::Written
+        } else {
+            Role::LeftBehind
+        };
+        found.push(Generation { generation, role });
+    }
+    Ok(found)
+}
+
+/// The generations from 1 to `last` whose meta or positions on some primary exist, asked in one round of
+/// `EXISTS`.
+async fn holding_keys(conn: &mut Connection, prefix: &str, last: u64) -> redis::RedisResult<Vec<u64>> {
+    let nodes: Vec<Node> = conn.nodes().await?;
+    let mut probes = Vec::new();
+    for generation in 1..=last {
+        let keys = Keyspace::new(prefix.to_string(), generation);
+        let names = std::iter::once(keys.meta()).chain(nodes.iter().map(|node| position::key_on(&keys, node)));
+        probes.extend(names.map(|name| redis::cmd("EXISTS").arg(name).clone()));
+    }
+    let mut found = Vec::new();
+    for (generation, replies) in (1..=last).zip(conn.query_all(&probes).await?.chunks(1 + nodes.len())) {
+        let mut holds = false;
+        for reply in replies {
+            holds |= redis::from_redis_value::<i64>(reply.clone())? > 0;
+        }
+        if holds {
+            found.push(generation);
+        }
+    }
+    Ok(found)
+}
+
+/// Deletes `generation` if it is left behind, while the active pointer does not name it (read again
+/// before every 500 keys); returns how many keys it had.
+async fn delete_left_behind(conn: &mut Connection, prefix: &str, generation: u64) -> Result<usize, Error> {
+    let found = list(conn, prefix).await?;
+    match found.iter().find(|g| g.generation == generation) {
+        None => return Err(Error::Refused(format!("generation {generation} holds no keys"))),
+        Some(Generation { role: Role::LeftBehind, .. }) => {}
+        Some(Generation { role, .. }) => {
+            return Err(Error::Refused(format!(
+                "generation {generation} is {}: only a generation left behind is deleted",
+                role.describe()
+            )))
+        }
+    }
+    let keys = Keyspace::new(prefix.to_string(), generation);
+    match store::delete_generation_while(conn, &keys, |active| active != Some(generation)).await? {
+        Ok(count) => Ok(count),
+        Err(_) => Err(Error::Refused(format!("generation {generation} became active: its deletion stopped"))),
+    }
+}

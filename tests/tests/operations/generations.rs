@@ -1,0 +1,58 @@
+//! `projector generations`: a generation left behind (a switch whose old generation a rebuild could not
+//! delete) is listed, shown by `status`, and deleted on an operator's word; the active one never is.
+
+use std::time::Duration;
+
+use end_to_end::kafka::Topics;
+use end_to_end::{fixture, redis, runner, unique};
+use redis::AsyncCommands;
+use serde_json::{json, Value};
+use shared::Keyspace;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_the_active_one_is_refused() {
+    let messages = fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let total = messages.len() as u64;
+    let (prefix, group) = (unique("left"), unique("g"));
+    runner::build(runner::config(&topics, &prefix, &group), total, DEADLINE).await;
+
+    // Generation 2 built beside it and switched to, as a rebuild does; generation 1 stays, as when the
+    // rebuild could not delete it.
+    let mut conn = redis().await;
+    let _: () = conn.set(Keyspace::generation_counter(&prefix), 2).await.unwrap();
+    let mut second = runner::config(&topics, &prefix, &unique("g"));
+    second.generation = Some(2);
+    runner::build(second, total, DEADLINE).await;
+    let _: () = conn.set(Keyspace::active_generation(&prefix), 2).await.unwrap();
+    let (first, active) = (Keyspace::new(prefix.clone(), 1), Keyspace::new(prefix.clone(), 2));
+    let digest = runner::digest(&active).await;
+
+    let listed = |extra: &'static [&'static str]| {
+        let (topics, prefix, group) = (topics.clone(), prefix.clone(), group.clone());
+        async move { runner::succeed(&topics, &prefix, &group, extra, DEADLINE).await }
+    };
+    let list: Value = serde_json::from_str(&listed(&["generations", "-o", "json"]).await).unwrap();
+    let expected = json!([{"generation": 1, "role": "leftBehind"}, {"generation": 2, "role": "active"}]);
+    assert_eq!(list, expected);
+    let (_, status) = runner::status_of(&topics, &prefix, &group, &["-o", "json"], DEADLINE).await;
+    assert_eq!(serde_json::from_str::<Value>(&status).unwrap()["leftBehind"], json!([1]));
+
+    // The active generation is refused, and keeps every key.
+    let refusal =
+        runner::output_within(runner::command(&topics, &prefix, &group, &["generations", "--delete", "2"]), DEADLINE);
+    let said = String::from_utf8_lossy(&refusal.stderr);
+    assert!(!refusal.status.success() && said.contains("generation 2 is active"), "{said}");
+    assert_eq!(runner::digest(&active).await, digest);
+
+    // The one left behind goes, its meta included, and the active one is as it was.
+    let deleted = listed(&["generations", "--delete", "1"]).await;
+    assert!(deleted.starts_with("deleted generation 1 ("), "{deleted}");
+    assert_eq!(runner::generation_keys(&mut conn, &first).await, Vec::<String>::new());
+    assert_eq!(listed(&["generations"]).await, "generation 2: active\n");
+    assert_eq!(runner::digest(&active).await, digest);
+    let (_, status) = runner::status_of(&topics, &prefix, &group, &[], DEADLINE).await;
+    assert!(status.contains("generations left behind: none"), "{status}");
+}
