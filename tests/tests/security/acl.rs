@@ -1,6 +1,7 @@
 //! The users of deploy/redis/users.acl (which `scripts/stack up` loads into the stack's Redis) may do no
 //! more than the file says: no flush, no reconfiguring, no key outside `rm:*`, no writes for the API's
-//! user, not even through a script; the projector's operator commands run as its user; a projector whose
+//! user, not even through a script; the projector's operator commands (`generations --delete` among them)
+//! run as its user; a projector whose
 //! user may not run `INFO` projects and heals all the same and says so once; a write its user may not
 //! finish writes nothing and waits; and the file loads as an `aclfile`.
 
@@ -187,6 +188,16 @@ async fn the_projectors_operator_commands_run_as_its_user() {
     };
     let words = |line: &str| line.split(' ').map(String::from).collect::<Vec<_>>();
     assert!(run(words("digest")).await.contains(&expected.sha256), "the digest is not {expected}");
+    // A key of generation 1 left after the rebuild deleted it: listed and deleted as this user.
+    let left = Keyspace::new(world.prefix.clone(), 1).meta();
+    let _: () = redis::cmd("HSET").arg(&left).arg("layout").arg("3").query_async(&mut admin).await.unwrap();
+    let listed: Value = serde_json::from_str(&run(words("generations -o json")).await).unwrap();
+    let expected_list = json!([{"generation": 1, "role": "leftBehind"}, {"generation": 2, "role": "active"}]);
+    assert_eq!(listed, expected_list);
+    let deleted = run(words("generations --delete 1")).await;
+    assert!(deleted.starts_with("deleted generation 1 (1 keys)"), "{deleted}");
+    let gone: bool = redis::cmd("EXISTS").arg(&left).query_async(&mut admin).await.unwrap();
+    assert!(!gone, "generation 1's meta is deleted");
     // `status` exits with what it found (a dead letter waits here: 2), never 1, a refused command.
     let output = run_projector(&world.topics, &world.prefix, &url, &["--redis-ca-file", ca.as_str(), "status"]).await;
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
