@@ -12,7 +12,7 @@ use shared::Keyspace;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_the_active_one_is_refused() {
+async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_an_active_or_rebuilding_one_is_refused() {
     let messages = fixture::dataset();
     let topics = Topics::holding(&messages).await;
     let total = messages.len() as u64;
@@ -46,6 +46,14 @@ async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_the_activ
     let said = String::from_utf8_lossy(&refusal.stderr);
     assert!(!refusal.status.success() && said.contains("generation 2 is active"), "{said}");
     assert_eq!(runner::digest(&active).await, digest);
+
+    // Nor is one an interrupted rebuild would resume.
+    let _: () = conn.hset(Keyspace::rebuild(&prefix), "generation", 1).await.unwrap();
+    let refusal =
+        runner::output_within(runner::command(&topics, &prefix, &group, &["generations", "--delete", "1"]), DEADLINE);
+    let said = String::from_utf8_lossy(&refusal.stderr);
+    assert!(!refusal.status.success() && said.contains("generation 1 is being rebuilt"), "{said}");
+    let _: () = conn.del(Keyspace::rebuild(&prefix)).await.unwrap();
 
     // The one left behind goes, its meta included, and the active one is as it was.
     let deleted = listed(&["generations", "--delete", "1"]).await;
