@@ -6,9 +6,9 @@ use std::process::{Command, Stdio};
 
 use projector::{Config, Membership};
 use rdkafka::mocking::MockCluster;
-use rdkafka::producer::DefaultProducerContext;
+use rdkafka::producer::{BaseProducer, DefaultProducerContext, Producer};
 use rdkafka::types::{RDKafkaApiKey, RDKafkaRespErr};
-use rdkafka::ClientConfig;
+use rdkafka::{bindings, ClientConfig};
 use shared::Topic;
 
 use crate::kafka::{Topics, PARTITIONS};
@@ -23,17 +23,42 @@ pub const SESSION_TIMEOUT_MS: u32 = 6000;
 /// session less a second (`rdkafka_mock_cgrp.c`), however soon they rejoin.
 pub const REBALANCE_ROUND_MS: u32 = SESSION_TIMEOUT_MS - 1000;
 
+/// The heartbeat interval the mock's coordinator gives members under KIP-848's protocol (its own default
+/// is 3 s): an assignment the coordinator changed reaches a member within this.
+const KIP_848_HEARTBEAT_MS: i32 = 500;
+
 /// Three mock brokers.
 pub struct MockKafka {
-    cluster: MockCluster<'static, DefaultProducerContext>,
+    /// The client that owns the mock cluster (`test.mock.num.brokers`): the cluster lives as long as it.
+    owner: BaseProducer,
     brokers: String,
 }
 
 impl MockKafka {
     pub fn start() -> Self {
-        let cluster = MockCluster::new(3).expect("mock cluster");
-        let brokers = cluster.bootstrap_servers();
-        Self { cluster, brokers }
+        let owner: BaseProducer = ClientConfig::new().set("test.mock.num.brokers", "3").create().expect("mock cluster");
+        let cluster = owner.client().native_ptr();
+        // SAFETY: `owner` is a live client created with `test.mock.num.brokers`, so it owns a mock
+        // cluster, which lives until the client is dropped; the setters only store the values. Under
+        // KIP-848's protocol the mock's coordinator has its own session (30 s by default) whatever the
+        // members ask: a member whose leave did not reach it keeps its partitions that long. It is the
+        // classic protocol's session here, so the tests wait alike under either.
+        unsafe {
+            let cluster = bindings::rd_kafka_handle_mock_cluster(cluster);
+            assert!(!cluster.is_null(), "the client owns a mock cluster");
+            bindings::rd_kafka_mock_set_group_consumer_session_timeout_ms(cluster, SESSION_TIMEOUT_MS as i32);
+            bindings::rd_kafka_mock_set_group_consumer_heartbeat_interval_ms(cluster, KIP_848_HEARTBEAT_MS);
+        }
+        let brokers = MockKafka::cluster_of(&owner).bootstrap_servers();
+        Self { owner, brokers }
+    }
+
+    fn cluster_of(owner: &BaseProducer) -> MockCluster<'_, DefaultProducerContext> {
+        owner.client().mock_cluster().expect("the client owns a mock cluster")
+    }
+
+    fn cluster(&self) -> MockCluster<'_, DefaultProducerContext> {
+        MockKafka::cluster_of(&self.owner)
     }
 
     /// Its bootstrap servers.
@@ -58,8 +83,8 @@ impl MockKafka {
         };
         for topic in Topic::ALL {
             let name = topics.name(topic);
-            self.cluster.create_topic(name, PARTITIONS, 1).expect("topic created");
-            self.cluster.create_topic(&format!("{name}.dlq"), PARTITIONS, 1).expect("dead-letter topic created");
+            self.cluster().create_topic(name, PARTITIONS, 1).expect("topic created");
+            self.cluster().create_topic(&format!("{name}.dlq"), PARTITIONS, 1).expect("dead-letter topic created");
         }
         topics
     }
@@ -68,16 +93,16 @@ impl MockKafka {
     /// (`OFFSET_METADATA_TOO_LARGE`): a broker that takes reads but loses or refuses commits.
     pub fn refuse_commits(&self, count: usize) {
         let errors = vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_OFFSET_METADATA_TOO_LARGE; count];
-        self.cluster.request_errors(RDKafkaApiKey::OffsetCommit, &errors);
+        self.cluster().request_errors(RDKafkaApiKey::OffsetCommit, &errors);
     }
 
     /// A topic of one partition, for a member of another subscription.
     pub fn create_topic(&self, name: &str) {
-        self.cluster.create_topic(name, 1, 1).expect("topic created");
+        self.cluster().create_topic(name, 1, 1).expect("topic created");
     }
 
     /// A projector's settings on these brokers, a member of `group` with the given Kafka properties
-    /// (a short session unless KIP-848's protocol is asked for, which has the broker's own).
+    /// (a short session; under KIP-848's protocol the coordinator's, set alike in [`MockKafka::start`]).
     pub fn config(&self, topics: &Topics, prefix: &str, group: &str, properties: &[(&str, &str)]) -> Config {
         let mut config = runner::config(topics, prefix, group);
         config.brokers = Some(self.brokers.clone());
