@@ -82,6 +82,10 @@ pub enum Error {
     /// A repair whose swap did not happen (nothing was swapped: the live data is as it was), and why.
     #[error("the repair of {what} was not swapped in: {source}")]
     NotSwapped { what: String, source: store::StoreError },
+    /// A repair whose swap Redis never answered, however often it was asked: the live data is as it was
+    /// or repaired, never a mixture.
+    #[error("the repair of {what} may or may not have been swapped in: Redis did not answer ({source}); the live data is either as it was or repaired, never a mixture; run the repair again")]
+    SwapUnknown { what: String, source: redis::RedisError },
     /// A rebuild's switch that Redis undid before the old generation was deleted (see `run::retire`).
     #[error("{0}")]
     SwitchUndone(run::Undone),

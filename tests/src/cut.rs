@@ -1,6 +1,8 @@
 //! A loopback TCP proxy that forwards to a real server and cuts the first connection whose client sends a
 //! given string (a key name, say), the moment it does: a connection lost in the middle of a sequence of
-//! commands, as a Redis restart or failover cuts it, at a point the test chooses.
+//! commands, as a Redis restart or failover cuts it, at a point the test chooses. Cut before the command
+//! reaches the server ([`Cutting::start`]), or after it did but before its reply reaches the client
+//! ([`Cutting::after_sending`]): the call whose outcome its caller cannot know.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,8 +17,19 @@ pub struct Cutting {
 }
 
 impl Cutting {
-    /// Forwards to `upstream` (`host:port`); cuts the first connection that sends `pattern`.
+    /// Forwards to `upstream` (`host:port`); cuts the first connection that sends `pattern`, before what
+    /// it sent reaches the server.
     pub async fn start(upstream: &str, pattern: &str) -> Self {
+        Self::listen(upstream, pattern, false).await
+    }
+
+    /// Forwards to `upstream` (`host:port`); the first connection that sends `pattern` loses every reply
+    /// from then on: what it sent reaches the server, and the client's side is cut.
+    pub async fn after_sending(upstream: &str, pattern: &str) -> Self {
+        Self::listen(upstream, pattern, true).await
+    }
+
+    async fn listen(upstream: &str, pattern: &str, send: bool) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
@@ -24,7 +37,7 @@ impl Cutting {
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(&upstream).await else { continue };
-                tokio::spawn(forward(client, server, pattern.clone(), cutting.clone()));
+                tokio::spawn(forward(client, server, pattern.clone(), cutting.clone(), send));
             }
         });
         Self { port, cut, task }
@@ -36,10 +49,20 @@ impl Cutting {
     }
 }
 
-async fn forward(client: TcpStream, server: TcpStream, pattern: Vec<u8>, cut: Arc<AtomicBool>) {
+async fn forward(client: TcpStream, server: TcpStream, pattern: Vec<u8>, cut: Arc<AtomicBool>, send: bool) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
-    let replies = tokio::spawn(async move { tokio::io::copy(&mut server_read, &mut client_write).await });
+    // Replies are forwarded until this connection is cut: from then on they are read and dropped.
+    let losing = Arc::new(AtomicBool::new(false));
+    let lose = losing.clone();
+    let replies = tokio::spawn(async move {
+        let mut buffer = vec![0; 64 * 1024];
+        while let Ok(read) = server_read.read(&mut buffer).await {
+            if read == 0 || losing.load(Ordering::SeqCst) || client_write.write_all(&buffer[..read]).await.is_err() {
+                break;
+            }
+        }
+    });
     let mut buffer = vec![0; 64 * 1024];
     while let Ok(read) = client_read.read(&mut buffer).await {
         if read == 0 {
@@ -47,6 +70,12 @@ async fn forward(client: TcpStream, server: TcpStream, pattern: Vec<u8>, cut: Ar
         }
         let sent = &buffer[..read];
         if sent.windows(pattern.len()).any(|w| w == pattern) && !cut.swap(true, Ordering::SeqCst) {
+            if send {
+                lose.store(true, Ordering::SeqCst);
+                let _ = server_write.write_all(sent).await;
+                // The server reads the command before it sees the connection end.
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+            }
             break;
         }
         if server_write.write_all(sent).await.is_err() {

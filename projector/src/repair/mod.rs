@@ -213,7 +213,12 @@ async fn repair(
             result
         };
         report.held_ms = held.elapsed().as_millis() as u64;
-        outcome.map_err(|source| Error::NotSwapped { what: describe(&target), source })?;
+        outcome.map_err(|source| match source {
+            StoreError::Redis(e) if staging::outcome_unknown(&e) => {
+                Error::SwapUnknown { what: describe(&target), source: e }
+            }
+            source => Error::NotSwapped { what: describe(&target), source },
+        })?;
     }
 
     // 6: API keys, one at a time.
@@ -289,12 +294,15 @@ fn sizes(staged: &Staged) -> BTreeMap<String, u64> {
 /// Redis failed under it (a cut connection, a timeout, a failover), or its swap was refused because what
 /// it held or staged was lost meanwhile (its hold lapsed; a staged copy lost to its TTL, a failover or a
 /// restart). Not a refusal that would come again (another repair holds the organization, no event of it).
+/// A swap never answered may have changed the data, but only to the repaired data: a run again from the
+/// start swaps in the same repair, with whatever the live path wrote since.
 fn worth_another_run(e: &Error) -> bool {
     let passing = |e: &redis::RedisError| !StoreError::Redis(e.clone()).is_permanent();
     match e {
         Error::Redis(e) => passing(e),
         Error::NotSwapped { source: StoreError::HoldLost | StoreError::StagingIncomplete(_), .. } => true,
         Error::NotSwapped { source: StoreError::Redis(e), .. } => passing(e),
+        Error::SwapUnknown { .. } => true,
         _ => false,
     }
 }

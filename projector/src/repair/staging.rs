@@ -200,7 +200,13 @@ pub fn stage(
 
 /// Swaps repair `token`'s staged copy of `org`'s data in, provided the repair still holds the organization
 /// and its lease and the copy is whole: every key of `staged` (live names, with the size its copy must
-/// have) and every other key of `live` (found by [`live_keys`]). The hold is released with it.
+/// have) and every other key of `live` (found by [`live_keys`]). The hold is released with it. Returns how
+/// many staged copies replaced their live key.
+///
+/// A call that fails
+/// with its outcome unknown (a timeout, a cut connection: Redis may have run the script) is made again
+/// with the same tokens. The swap releases the hold, so a second run of it writes nothing: when a call
+/// made again finds the hold gone and none of the staged copies left, the earlier call swapped them in.
 pub async fn swap(
     conn: &mut Connection,
     keys: &Keyspace,
@@ -209,12 +215,57 @@ pub async fn swap(
     staged: &BTreeMap<String, u64>,
     live: &BTreeSet<String>,
 ) -> Result<usize, StoreError> {
+    let epoch = uuid::Uuid::new_v4().simple().to_string();
+    let mut call = 1;
+    loop {
+        match swap_once(conn, keys, org, token, &epoch, staged, live).await {
+            Err(StoreError::Redis(e)) if call < SWAP_CALLS && outcome_unknown(&e) => {
+                tracing::warn!(error = %e, call, "the swap's outcome is unknown; asking again");
+                tokio::time::sleep(Duration::from_millis(100 << call)).await;
+                call += 1;
+            }
+            Err(StoreError::HoldLost) if call > 1 => {
+                let copies: Vec<String> = staged
+                    .iter()
+                    .filter(|(_, size)| **size > 0)
+                    .map(|(key, _)| keys.staged(key, token).expect("an organization's key"))
+                    .collect();
+                if copies.is_empty() {
+                    return Err(StoreError::HoldLost);
+                }
+                let left: usize = redis::cmd("EXISTS").arg(&copies).query_async(conn).await?;
+                return if left == 0 { Ok(copies.len()) } else { Err(StoreError::HoldLost) };
+            }
+            done => return done,
+        }
+    }
+}
+
+/// How many times in all a swap is called while its outcome stays unknown: within [`HOLD_TTL`] at the
+/// Redis timeout's default of 1 s.
+const SWAP_CALLS: u32 = 4;
+
+/// Whether a call that failed with `e` may have been run by Redis, or may not have reached it: either way
+/// it can be made again.
+pub fn outcome_unknown(e: &redis::RedisError) -> bool {
+    e.is_timeout() || e.is_io_error() || e.is_connection_dropped() || e.is_connection_refusal()
+}
+
+async fn swap_once(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    org: &str,
+    token: &str,
+    epoch: &str,
+    staged: &BTreeMap<String, u64>,
+    live: &BTreeSet<String>,
+) -> Result<usize, StoreError> {
     let live: BTreeSet<&String> = live.iter().chain(staged.keys()).collect();
     let script = Script::new(SWAP);
     let mut invocation = script.prepare_invoke();
     invocation.key(keys.hold(org)).key(keys.repair_lease(org)).key(keys.org_epoch(org));
     invocation.key(keys.transcripts_rewritten(org));
-    invocation.arg(token).arg(uuid::Uuid::new_v4().simple().to_string());
+    invocation.arg(token).arg(epoch);
     for key in &live {
         invocation.key(key).key(keys.staged(key, token).expect("an organization's key"));
         invocation.arg(staged.get(*key).copied().unwrap_or(0));

@@ -146,3 +146,41 @@ async fn a_repair_whose_connection_is_cut_as_it_stages_runs_again_and_repairs_th
     };
     assert_eq!(digest(keys).await, digest(scratch_keys).await, "repaired as a build from scratch");
 }
+
+/// Redis runs a repair's swap, but the reply never reaches the repair (its connection is cut between the
+/// two, as a failover or a timeout leaves it): the repair finds its swap done and reports the organization
+/// repaired, rather than `not swapped in` over the data it had just replaced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_whose_swap_reply_was_lost_finds_its_swap_done_and_reports_the_organization_repaired() {
+    let redis = OwnRedis::start();
+    let scenario = Scenario::generate(0x5eed_0007, 1, 6, 3);
+    let org = scenario.organizations()[0].clone();
+    let topics = Topics::holding(&scenario.messages).await;
+    let prefix = unique("rm");
+    let mut config = runner::config(&topics, &prefix, &unique("g"));
+    (config.redis.url, config.redis.cluster) = (redis.url().into(), false);
+    runner::build(config.clone(), scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    // A first repair loads the swap's script into Redis: the next one's swap runs at its first call.
+    let target = || projector::RepairTarget::Organization(org.clone());
+    projector::repair(&config, target(), 1, &|_, _| {}).await.expect("the first repair succeeds");
+
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 0 };
+    let mut conn = Connection::connect(&Target::Single(redis.url()), settings).await.unwrap();
+    let keys = Keyspace::new(prefix, 1);
+    let study = scenario.expected(&org).studies[0].0.clone();
+    let documents = keys.study_documents(&org);
+    let _: () = ::redis::cmd("HDEL").arg(&documents).arg(&study).query_async(&mut conn).await.unwrap();
+
+    // Of the repair's commands, the swap alone names the organization's live `rewritten` key.
+    let cutting = Cutting::after_sending(&format!("127.0.0.1:{}", redis.port()), "}:rewritten").await;
+    config.redis.url = format!("redis://127.0.0.1:{}", cutting.port).into();
+    let report = projector::repair(&config, target(), 1, &|_, _| {}).await;
+    assert!(cutting.has_cut(), "the swap's reply was lost");
+    let report = report.expect("the repair finds its swap done");
+    assert!(report.keys_swapped > 0, "{report:?}");
+    let restored: bool = ::redis::cmd("HEXISTS").arg(&documents).arg(&study).query_async(&mut conn).await.unwrap();
+    assert!(restored, "the swap put the study's document back");
+    let left: Vec<String> = conn.scan(&keys.org_pattern(&org)).await.unwrap();
+    assert!(!left.iter().any(|k| k.contains("}:repair:")), "nothing staged is left: {left:?}");
+    assert!(!left.contains(&keys.hold(&org)), "the hold is released");
+}
