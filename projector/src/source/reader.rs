@@ -130,6 +130,10 @@ impl Reader {
                 }
             }
             read(count);
+            // Nothing is fetched until the next reading: a fetch waiting at a partition's end would hold up
+            // the broker's answers to the next `watermarks` (a broker answers a connection's requests in
+            // order), and a repair asks for them while it holds the organization's writes.
+            self.consumer.unassign()?;
             Ok(count)
         })
     }
