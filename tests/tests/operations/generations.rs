@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use end_to_end::kafka::Topics;
-use end_to_end::{fixture, redis, runner, unique};
+use end_to_end::{eventually, fixture, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use shared::Keyspace;
@@ -12,7 +12,8 @@ use shared::Keyspace;
 const DEADLINE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_an_active_or_rebuilding_one_is_refused() {
+async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_an_active_rebuilding_or_written_one_is_refused()
+{
     let messages = fixture::dataset();
     let topics = Topics::holding(&messages).await;
     let total = messages.len() as u64;
@@ -54,6 +55,23 @@ async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_an_active
     let said = String::from_utf8_lossy(&refusal.stderr);
     assert!(!refusal.status.success() && said.contains("generation 1 is being rebuilt"), "{said}");
     let _: () = conn.del(Keyspace::rebuild(&prefix)).await.unwrap();
+
+    // Nor one a live projector still writes (one that has not followed the switch yet; here, pinned to it).
+    let mut pinned = runner::config(&topics, &prefix, &unique("g"));
+    pinned.generation = Some(1);
+    let writer = runner::spawn(pinned).await;
+    let writes_first = || async { runner::instances(&conn, &prefix).await.iter().any(|(_, _, g)| *g == 1) };
+    eventually(DEADLINE, "the pinned projector to report itself", || async { writes_first().await.then_some(()) })
+        .await;
+    let list: Value = serde_json::from_str(&listed(&["generations", "-o", "json"]).await).unwrap();
+    let expected = json!([{"generation": 1, "role": "written"}, {"generation": 2, "role": "active"}]);
+    assert_eq!(list, expected);
+    let refusal =
+        runner::output_within(runner::command(&topics, &prefix, &group, &["generations", "--delete", "1"]), DEADLINE);
+    let said = String::from_utf8_lossy(&refusal.stderr);
+    assert!(!refusal.status.success() && said.contains("generation 1 is written by a live projector"), "{said}");
+    writer.stop().await;
+    eventually(DEADLINE, "the pinned projector to leave", || async { (!writes_first().await).then_some(()) }).await;
 
     // The one left behind goes, its meta included, and the active one is as it was.
     let deleted = listed(&["generations", "--delete", "1"]).await;
