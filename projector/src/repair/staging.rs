@@ -203,10 +203,10 @@ pub fn stage(
 /// have) and every other key of `live` (found by [`live_keys`]). The hold is released with it. Returns how
 /// many staged copies replaced their live key.
 ///
-/// A call that fails
-/// with its outcome unknown (a timeout, a cut connection: Redis may have run the script) is made again
-/// with the same tokens. The swap releases the hold, so a second run of it writes nothing: when a call
-/// made again finds the hold gone and none of the staged copies left, the earlier call swapped them in.
+/// A call that fails with its outcome unknown (a timeout, a cut connection: Redis may have run the script)
+/// is made again with the same tokens, after 200, 400, then 800 ms. The swap releases the hold, so a second
+/// run of it writes nothing: when a call made again finds the hold gone and none of the staged copies left,
+/// the earlier call swapped them in.
 pub async fn swap(
     conn: &mut Connection,
     keys: &Keyspace,
