@@ -61,7 +61,8 @@ pub async fn run(config: &Config, delete: Option<u64>, output: Output) -> Result
             println!("deleted generation {generation} ({keys} keys)");
         }
     }
-    let found = list(&mut conn, prefix).await?;
+    let pointers = Pointers::read(&mut conn, prefix).await?;
+    let found = list(&mut conn, prefix, &pointers).await?;
     match output {
         Output::Json => println!("{}", serde_json::to_string_pretty(&found).expect("generations serialize")),
         Output::Text if found.is_empty() => println!("no generation holds keys"),
@@ -74,28 +75,56 @@ pub async fn run(config: &Config, delete: Option<u64>, output: Output) -> Result
     Ok(())
 }
 
-/// Every generation that holds keys, from the first to the last one ever started, with what it is.
-pub async fn list(conn: &mut Connection, prefix: &str) -> Result<Vec<Generation>, Error> {
-    let active: Option<u64> = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await?;
-    let counter: Option<u64> = redis::cmd("GET").arg(Keyspace::generation_counter(prefix)).query_async(conn).await?;
-    let building = rebuild_state(conn, prefix).await?.generation;
-    let written: BTreeSet<u64> = live_instances(conn, prefix).await?.values().map(|i| i.generation).collect();
-    let last = [active, counter, building].into_iter().flatten().max().unwrap_or(0);
-    let holding = holding_keys(conn, prefix, last).await?;
-    let mut found = Vec::new();
-    for generation in holding {
-        let role = if active == Some(generation) {
+/// What tells a generation's role: read once, here or by `status` beside what it prints.
+pub struct Pointers {
+    /// The active generation.
+    pub active: Option<u64>,
+    /// The last generation ever started.
+    pub counter: Option<u64>,
+    /// The generation a rebuild writes or will resume.
+    pub building: Option<u64>,
+    /// The generations the live projectors report writing.
+    pub written: BTreeSet<u64>,
+}
+
+impl Pointers {
+    pub async fn read(conn: &mut Connection, prefix: &str) -> Result<Self, Error> {
+        let active = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await?;
+        let building = rebuild_state(conn, prefix).await?.generation;
+        let written = live_instances(conn, prefix).await?.values().map(|i| i.generation).collect();
+        Self::with(conn, prefix, active, building, written).await
+    }
+
+    /// The pointers, given the ones already read: only the counter is asked for.
+    pub async fn with(
+        conn: &mut Connection,
+        prefix: &str,
+        active: Option<u64>,
+        building: Option<u64>,
+        written: BTreeSet<u64>,
+    ) -> Result<Self, Error> {
+        let counter = redis::cmd("GET").arg(Keyspace::generation_counter(prefix)).query_async(conn).await?;
+        Ok(Self { active, counter, building, written })
+    }
+
+    fn role(&self, generation: u64) -> Role {
+        if self.active == Some(generation) {
             Role::Active
-        } else if building == Some(generation) {
+        } else if self.building == Some(generation) {
             Role::Building
-        } else if written.contains(&generation) {
+        } else if self.written.contains(&generation) {
             Role::Written
         } else {
             Role::LeftBehind
-        };
-        found.push(Generation { generation, role });
+        }
     }
-    Ok(found)
+}
+
+/// Every generation that holds keys, from the first to the last one ever started, with what it is.
+pub async fn list(conn: &mut Connection, prefix: &str, pointers: &Pointers) -> Result<Vec<Generation>, Error> {
+    let last = [pointers.active, pointers.counter, pointers.building].into_iter().flatten().max().unwrap_or(0);
+    let holding = holding_keys(conn, prefix, last).await?;
+    Ok(holding.into_iter().map(|generation| Generation { generation, role: pointers.role(generation) }).collect())
 }
 
 /// The generations from 1 to `last` whose meta or positions on some primary exist, asked in one round of
@@ -124,7 +153,8 @@ async fn holding_keys(conn: &mut Connection, prefix: &str, last: u64) -> redis::
 /// Deletes `generation` if it is left behind, while the active pointer does not name it (read again
 /// before every 500 keys); returns how many keys it had.
 async fn delete_left_behind(conn: &mut Connection, prefix: &str, generation: u64) -> Result<usize, Error> {
-    let found = list(conn, prefix).await?;
+    let pointers = Pointers::read(conn, prefix).await?;
+    let found = list(conn, prefix, &pointers).await?;
     match found.iter().find(|g| g.generation == generation) {
         None => return Err(Error::Refused(format!("generation {generation} holds no keys"))),
         Some(Generation { role: Role::LeftBehind, .. }) => {}

@@ -10,6 +10,7 @@ use serde::Serialize;
 use shared::connection::Connection;
 use shared::{Keyspace, Topic};
 
+use super::generations::{self, Pointers, Role};
 use super::Output;
 use crate::config::Config;
 use crate::observe::now;
@@ -162,11 +163,13 @@ async fn gather(config: &Config) -> Result<Status, Error> {
     let active_generation = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(&mut conn).await?;
     let state = rebuild_state(&mut conn, prefix).await?;
     let rebuild = state.generation.map(|generation| Rebuild { generation, phase: state.phase, running: state.locked });
-    let live_projectors = live_instances(&mut conn, prefix).await?.into_iter().collect();
-    let left_behind = super::generations::list(&mut conn, prefix)
+    let live_projectors: BTreeMap<String, Instance> = live_instances(&mut conn, prefix).await?.into_iter().collect();
+    let written = live_projectors.values().map(|i| i.generation).collect();
+    let pointers = Pointers::with(&mut conn, prefix, active_generation, state.generation, written).await?;
+    let left_behind = generations::list(&mut conn, prefix, &pointers)
         .await?
         .into_iter()
-        .filter(|g| g.role == super::generations::Role::LeftBehind)
+        .filter(|g| g.role == Role::LeftBehind)
         .map(|g| g.generation)
         .collect();
     let partitions = group_progress(config, &config.group_id)?
