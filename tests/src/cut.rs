@@ -55,7 +55,7 @@ async fn forward(client: TcpStream, server: TcpStream, pattern: Vec<u8>, cut: Ar
     // Replies are forwarded until this connection is cut: from then on they are read and dropped.
     let losing = Arc::new(AtomicBool::new(false));
     let lose = losing.clone();
-    let replies = tokio::spawn(async move {
+    let mut replies = tokio::spawn(async move {
         let mut buffer = vec![0; 64 * 1024];
         while let Ok(read) = server_read.read(&mut buffer).await {
             if read == 0 || losing.load(Ordering::SeqCst) || client_write.write_all(&buffer[..read]).await.is_err() {
@@ -73,8 +73,8 @@ async fn forward(client: TcpStream, server: TcpStream, pattern: Vec<u8>, cut: Ar
             if send {
                 lose.store(true, Ordering::SeqCst);
                 let _ = server_write.write_all(sent).await;
-                // The server reads the command before it sees the connection end.
-                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                // Until the server answers (the reply is dropped, and the replies end): it ran the command.
+                let _ = tokio::time::timeout(std::time::Duration::from_secs(10), &mut replies).await;
             }
             break;
         }
