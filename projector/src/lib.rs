@@ -60,7 +60,7 @@ pub use run::{live_instances, Instance, Projector, Undone};
 /// The operator's Kafka properties, which the benchmarks' ceilings read with too.
 pub use source::{KafkaOptions, Partition, Properties};
 /// The healing entries of a generation, as projectors mark and read them.
-pub use store::position::{healing as healing_entries, mark_healing, Healing};
+pub use store::position::{healing as healing_entries, mark_healing, Healing, Opened};
 pub use store::{active_generation, delete_generation, delete_generation_while, generation_keys, Digest, Store};
 
 #[derive(Debug, thiserror::Error)]

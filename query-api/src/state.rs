@@ -137,7 +137,7 @@ impl AppState {
             // A change to either is pushed, and wakes the next refresh at once.
             let active = Keyspace::active_generation(self.generation.prefix());
             self.tracker.watch(&active, redis::cmd("GET").arg(&active).to_owned());
-            self.tracker.watch(&keys.healing(), redis::cmd("HVALS").arg(keys.healing()).to_owned());
+            self.tracker.watch(&keys.healing(), redis::cmd("HGETALL").arg(keys.healing()).to_owned());
         }
         match reports {
             Ok(reports) => {

@@ -11,7 +11,7 @@
 //! | `P:projectors` | hash | instance id → JSON state of each live projector (generation, paused, heartbeat) |
 //! | `P:gN:meta` | hash | when and by which consumer group generation N was built, and its `layout` version |
 //! | `P:gN:{position-T}:position` | hash | per partition, one past the last offset this primary applied (one key per primary, `T` a tag in its slots), and `opened`: made before anything is written there, so that a primary without it lost its data; `layout`, the generation's (`crate::layout`), as a meta lost with its primary's data had it |
-//! | `P:gN:healing` | hash | per partition being projected again after a loss: the offset to reach and the loss's id |
+//! | `P:gN:healing` | hash | per partition being projected again after a loss: the offset to reach and the loss's id; from layout 4, `opened` ([`HEALING_OPENED`]) from the generation's start on, never removed |
 //! | `P:gN:owner:<aggregate>:<id>` | string | up to layout 2: the organization recorded for an aggregate |
 //! | `P:gN:owners:<aggregate>:<bucket>` | hash | from layout 3: id → the organization recorded for each aggregate whose id falls in the bucket (`shared::owners`) |
 //! | `P:gN:{<org>}:study:<id>` | hash | `seq`, `state`: the projector's state of a study |
@@ -43,6 +43,14 @@
 //! other ids always stand last, after a prefix no other key shares, so they need no escaping.
 
 use crate::Topic;
+
+/// The field every healing hash ([`Keyspace::healing`]) holds from its generation's start on (layout 4 on,
+/// `crate::layout::keeps_healing_opened`) and never loses but with the hash: the hash has no hash tag, so
+/// it lives on one primary of a cluster, and a flush, an empty restart or a failover of that primary takes
+/// it away while other primaries may still be healing. Without the field, an absent hash would read as
+/// "nothing heals"; with it, its absence reads as "the healing state was lost": nothing is served until a
+/// projector has marked the loss again, and the projector marks every partition as healing.
+pub const HEALING_OPENED: &str = "opened";
 
 /// The keys of one generation of the read model under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]

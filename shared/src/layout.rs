@@ -15,19 +15,31 @@
 //! | 1 | the keys of `keys.rs`, every state stored whole as JSON |
 //! | 2 | a served interview's state stored as `{"served":true}` (and its gaps), the rest read from its document |
 //! | 3 | owners as fields of shared hashes (`owners:<aggregate>:<bucket>`) rather than a key each (`crate::owners`) |
+//! | 4 | the healing hash holds the field `opened` from the generation's start on and never loses it: a hash without it was lost with its primary, and the generation is not served until a projector marks it again (`crate::keys::HEALING_OPENED`) |
 //!
-//! A build reads the layouts before its own: the API reads nothing that layouts 2 and 3 changed, and the
+//! A build reads the layouts before its own: the API reads nothing that layouts 2 and 3 changed, and reads
+//! the healing hash of a generation before layout 4 as before (an absent hash: nothing heals); the
 //! projector reads both forms of a state and writes a generation in the layout it has (a generation of
-//! layout 1 gets whole states, one of layout 1 or 2 owners as keys), so a release that writes a new layout
-//! is rolled out like any other and saves its memory from its first rebuild on.
+//! layout 1 gets whole states, one of layout 1 or 2 owners as keys, one before layout 4 no `opened`), so a
+//! release that writes a new layout is rolled out like any other and takes effect from its first rebuild on.
 
 use std::ops::RangeInclusive;
 
 /// The layout this build writes.
-pub const LAYOUT: u32 = 3;
+pub const LAYOUT: u32 = 4;
 
 /// The layouts this build reads.
-pub const READS: RangeInclusive<u32> = 1..=3;
+pub const READS: RangeInclusive<u32> = 1..=4;
+
+/// The first layout whose healing hash holds [`crate::keys::HEALING_OPENED`]: from it on, a generation
+/// whose healing hash lacks the field lost its healing state.
+pub const HEALING_OPENED_FROM: u32 = 4;
+
+/// Whether a generation of `layout` keeps [`crate::keys::HEALING_OPENED`] in its healing hash, so that the
+/// hash's absence is a loss and never "nothing heals".
+pub fn keeps_healing_opened(layout: u32) -> bool {
+    layout >= HEALING_OPENED_FROM
+}
 
 /// The field of a generation's meta hash that holds its layout.
 pub const FIELD: &str = "layout";
@@ -67,12 +79,24 @@ mod tests {
         assert_eq!(check(3, Some("1"), "projector"), Ok(1));
         assert_eq!(check(3, Some("2"), "projector"), Ok(2));
         assert_eq!(check(3, Some("3"), "projector"), Ok(3));
-        for found in ["4", "0", "v1", ""] {
+        assert_eq!(check(3, Some("4"), "projector"), Ok(4));
+        for found in ["5", "0", "v1", ""] {
             let refused = check(7, Some(found), "query API").expect_err(found);
             let line = refused.to_string();
             assert!(line.contains(&format!("layout version {found};")), "{line}");
-            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 3"), "{line}");
+            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 4"), "{line}");
             assert!(!line.contains('\n'), "one line");
         }
+    }
+}
+
+#[cfg(test)]
+mod healing_opened {
+    use super::*;
+
+    #[test]
+    fn only_a_generation_of_layout_four_on_keeps_the_healing_hash_opened() {
+        assert!(!keeps_healing_opened(1) && !keeps_healing_opened(3));
+        assert!(keeps_healing_opened(4) && keeps_healing_opened(LAYOUT));
     }
 }

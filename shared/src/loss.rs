@@ -36,6 +36,10 @@ pub enum Loss {
     EpochGone { key: String },
     /// The active generation found behind the one this projector writes (a restore of Redis).
     GenerationBack { from: u64, to: u64 },
+    /// The generation's healing state (`Keyspace::healing`, from layout 4 on) was found without its
+    /// `opened` field: Redis lost it with its primary, and with it whatever losses were still being healed.
+    /// Every slot: which ones were healing is not known.
+    HealingLost { generation: u64 },
     /// A read model that has never been complete.
     NewReadModel,
     /// Words this version does not know (an entry written by another): every slot.
@@ -101,6 +105,7 @@ impl fmt::Display for Loss {
             ),
             Loss::EpochGone { key } => write!(f, "{key} is gone"),
             Loss::GenerationBack { from, to } => write!(f, "the active generation went back from {from} to {to}"),
+            Loss::HealingLost { generation } => write!(f, "the healing state of generation {generation} was lost"),
             Loss::NewReadModel => f.write_str("a new read model"),
             Loss::Other(words) => f.write_str(words),
         }
@@ -157,6 +162,10 @@ impl Loss {
         } else if let Some(rest) = body.strip_prefix("the active generation went back from ") {
             let (from, to) = rest.split_once(" to ")?;
             Loss::GenerationBack { from: from.parse().ok()?, to: to.parse().ok()? }
+        } else if let Some(generation) =
+            body.strip_prefix("the healing state of generation ").and_then(|rest| rest.strip_suffix(" was lost"))
+        {
+            Loss::HealingLost { generation: generation.parse().ok()? }
         } else if let Some(key) = body.strip_suffix(" is gone") {
             Loss::EpochGone { key: key.to_string() }
         } else {
@@ -278,6 +287,7 @@ mod tests {
             Loss::SwitchedShort { partitions: 3, first: "t/1 at 4 below 9".into(), generation: 2 },
             Loss::EpochGone { key: "rm:g1:{o}:epoch".into() },
             Loss::GenerationBack { from: 3, to: 2 },
+            Loss::HealingLost { generation: 5 },
             Loss::NewReadModel,
         ]
     }
@@ -297,6 +307,7 @@ mod tests {
             "a switch to generation 2 holding less than was applied on 3 partitions (t/1 at 4 below 9)",
             "rm:g1:{o}:epoch is gone",
             "the active generation went back from 3 to 2",
+            "the healing state of generation 5 was lost",
             "a new read model",
         ];
         for (loss, words) in every_kind().iter().zip(words) {
@@ -312,6 +323,7 @@ mod tests {
         assert!(scope.contains(0) && scope.contains(5460) && scope.contains(10950));
         assert!(!scope.contains(5461) && !scope.contains(16383) && !scope.is_everything());
         assert!(Loss::NewReadModel.scope().is_everything());
+        assert!(Loss::HealingLost { generation: 2 }.scope().is_everything(), "which slots healed is not known");
         assert!(Loss::parse("positions lost on p/1 of generation 2").scope().contains(12345));
         for garbage in ["x slots=1-", "x slots=", "restart of a (x) slots=9-z", "somebody else's words"] {
             let loss = Loss::parse(garbage);

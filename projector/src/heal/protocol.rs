@@ -12,7 +12,7 @@ use shared::Keyspace;
 use super::look::Watch;
 use crate::observe::Metrics;
 use crate::source::{Partition, Source};
-use crate::store::position::{self, Healing};
+use crate::store::position::{self, Healing, Opened};
 use crate::store::{self, Store};
 use crate::Error;
 
@@ -54,13 +54,27 @@ impl Heal {
     pub async fn check(&mut self, projector: &mut Parts<'_>) -> Result<(), Error> {
         let keys = projector.store.keys().clone();
         // Known before the first look opens a primary's positions, which record it.
+        let mut opened = None;
         if let Ok(layout) = projector.store.layout().await {
             crate::store::Guard::layout(&mut self.watch, keys.generation(), layout);
+            opened = Some(Opened::of_layout(layout));
         }
         match self.watch.losses(&keys, &projector.source.positions()).await {
             Ok(losses) if !losses.is_empty() => return self.lost(projector, losses).await,
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "could not ask the read model's Redis about itself"),
+        }
+        // The healing state lost on its own (its primary's flush seen by no look: a user without INFO, a
+        // key deleted): whatever it held is not known, and every partition is marked again.
+        if let (Some(opened), None) = (opened, &self.pending) {
+            match position::healing_lost(&mut self.watch.conn(), &keys, opened).await {
+                Ok(true) => {
+                    let loss = Loss::HealingLost { generation: keys.generation() };
+                    return self.lost(projector, Losses::one(loss)).await;
+                }
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "could not read the healing state"),
+            }
         }
         self.settle(projector).await;
         Ok(())
@@ -94,11 +108,19 @@ impl Heal {
     async fn settle(&mut self, projector: &mut Parts<'_>) {
         let mut conn = self.watch.conn();
         let keys = projector.store.keys().clone();
-        if let Some(Pending { losses, marked }) = self.pending.clone() {
+        if let Some(Pending { mut losses, marked }) = self.pending.clone() {
             if !marked {
-                match mark_lost(projector.follows_active, &mut conn, &keys, &losses).await {
-                    Ok(()) => {
+                let opened = match projector.store.layout().await {
+                    Ok(layout) => Opened::of_layout(layout),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not read the generation's layout; marking the loss later");
+                        return;
+                    }
+                };
+                match mark_lost(projector.follows_active, &mut conn, &keys, opened, &losses).await {
+                    Ok(marked) => {
                         projector.metrics.redis.losses.inc();
+                        losses = marked;
                         self.pending = Some(Pending { losses: losses.clone(), marked: true });
                     }
                     Err(e) => {
@@ -107,7 +129,8 @@ impl Heal {
                     }
                 }
             }
-            match mark_everything(projector.source, &mut conn, &keys, &losses).await {
+            let opened = projector.store.layout().await.map(Opened::of_layout).unwrap_or(Opened::Never);
+            match mark_everything(projector.source, &mut conn, &keys, opened, &losses).await {
                 Ok(()) => self.pending = None,
                 Err(e) => tracing::warn!(error = %e, "could not mark every partition as healing; trying again"),
             }
@@ -173,21 +196,29 @@ return 0
 /// Marks the generation as incomplete at once (one entry for the whole of it, before the partitions'
 /// ends are asked of the broker), then puts the active generation forward again if the loss took it
 /// or set it back: in that order, so that the API never serves the generation before it knows it is
-/// incomplete.
+/// incomplete. Returns the losses marked: `losses`, and [`Loss::HealingLost`] when the mark found the
+/// healing state lost (the losses it held are not known, so every partition is marked for all of them).
 pub async fn mark_lost(
     follows_active: bool,
     conn: &mut Connection,
     keys: &Keyspace,
+    opened: Opened,
     losses: &Losses,
-) -> Result<(), Error> {
-    position::mark_incomplete(conn, keys, losses).await?;
+) -> Result<Losses, Error> {
+    let losses = match position::mark_incomplete(conn, keys, opened, losses).await? {
+        Some(lost) if !losses.0.contains(&lost) => {
+            tracing::error!(loss = %lost, "the healing state was lost: every partition is projected again");
+            losses.clone().and(Losses::one(lost))
+        }
+        _ => losses.clone(),
+    };
     if follows_active {
         let generation = keys.generation();
         for key in [Keyspace::active_generation(keys.prefix()), Keyspace::generation_counter(keys.prefix())] {
             let _: i64 = redis::Script::new(RAISE).key(key).arg(generation).invoke_async(conn).await?;
         }
     }
-    Ok(())
+    Ok(losses)
 }
 
 /// Marks every partition of the generation as healing up to its end now, then ends the entry of the
@@ -196,6 +227,7 @@ pub async fn mark_everything(
     source: &mut Source,
     conn: &mut Connection,
     keys: &Keyspace,
+    opened: Opened,
     losses: &Losses,
 ) -> Result<(), Error> {
     let all: Vec<Partition> = source.partitions()?.to_vec();
@@ -206,7 +238,7 @@ pub async fn mark_everything(
             entries.insert(partition, Healing { target: end, losses: losses.clone() });
         }
     }
-    position::mark_healing(conn, keys, &entries).await?;
+    position::mark_healing(conn, keys, opened, &entries).await?;
     position::end_incomplete(conn, keys).await?;
     Ok(())
 }

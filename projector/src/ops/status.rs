@@ -45,6 +45,9 @@ pub struct Status {
     /// Healing entries of the active generation: partitions projected again after a loss (or for a new
     /// read model), while the API answers 503 where they are.
     pub healing_entries: u64,
+    /// The active generation keeps its healing state opened (layout 4 on) and it was found without it:
+    /// Redis lost it, and the API answers 503 everywhere until a live projector has marked the loss.
+    pub healing_lost: bool,
     /// The most pressing of what this status found; the command exits with its code.
     pub condition: Condition,
 }
@@ -149,7 +152,7 @@ fn condition(status: &Status, stall_after: f64, now: f64) -> Condition {
     [
         (!status.layout_read, Condition::LayoutNotRead),
         (stalled, Condition::Stalled),
-        (status.healing_entries > 0, Condition::Healing),
+        (status.healing_entries > 0 || status.healing_lost, Condition::Healing),
         (waiting, Condition::NeedsAttention),
     ]
     .into_iter()
@@ -183,15 +186,23 @@ async fn gather(config: &Config) -> Result<Status, Error> {
         })
         .collect();
     let dead_letters = dead_letter_depths(config)?.into_iter().collect();
-    let (mut active_layout, mut layout_read, mut late, mut healing_entries) = (None, true, Vec::new(), 0);
+    let (mut active_layout, mut layout_read, mut late, mut healing_entries) = (None, true, Vec::new(), 0u64);
+    let mut healing_lost = false;
     if let Some(generation) = active_generation {
         let keys = Keyspace::new(prefix.clone(), generation);
         let field = store::layout(&mut conn, &keys).await?;
-        layout_read = shared::layout::check(generation, field.as_deref(), "projector").is_ok();
+        let checked = shared::layout::check(generation, field.as_deref(), "projector");
+        layout_read = checked.is_ok();
         active_layout = Some(field.unwrap_or_else(|| "1".into()));
         if layout_read {
             late = late_for_a_gap(config, &mut conn, &keys).await?;
             healing_entries = redis::cmd("HLEN").arg(keys.healing()).query_async(&mut conn).await?;
+            let opened = store::position::Opened::of_layout(checked.unwrap_or(1));
+            healing_lost = store::position::healing_lost(&mut conn, &keys, opened).await?;
+            // The field that keeps the hash is no entry.
+            if opened == store::position::Opened::Kept && !healing_lost {
+                healing_entries = healing_entries.saturating_sub(1);
+            }
         }
     }
     let mut status = Status {
@@ -206,6 +217,7 @@ async fn gather(config: &Config) -> Result<Status, Error> {
         dead_letters,
         late_for_a_gap: late,
         healing_entries,
+        healing_lost,
         condition: Condition::Healthy,
     };
     status.condition = condition(&status, config.stall_after().as_secs_f64(), now());
@@ -288,6 +300,9 @@ fn print_text(status: &Status) {
     }
     if status.layout_read {
         println!("healing entries: {}", status.healing_entries);
+        if status.healing_lost {
+            println!("healing state: lost with its Redis primary (a live projector marks every partition again)");
+        }
     }
     println!("condition: {} (exit {})", status.condition.describe(), status.condition.code());
 }
@@ -309,6 +324,7 @@ mod tests {
             dead_letters: BTreeMap::new(),
             late_for_a_gap: Vec::new(),
             healing_entries: 0,
+            healing_lost: false,
             condition: Condition::Healthy,
         }
     }

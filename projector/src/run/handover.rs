@@ -82,6 +82,10 @@ pub async fn run(
     if !losses.is_empty() {
         return postpone(conn, &rebuild_key, projector, watch, losses, notify).await;
     }
+    // Its healing state opened (again): the rebuild marks nothing there, so a hash its primary lost held
+    // nothing else, and the generation was just found whole.
+    let opened = crate::store::position::Opened::of_layout(crate::store::check_layout(conn, &keys).await?);
+    crate::store::position::open_healing(conn, &keys, opened).await?;
     lock.check(conn).await?;
     let _: () = conn.set(Keyspace::active_generation(prefix), generation).await?;
     Ok(true)

@@ -40,6 +40,7 @@ use crate::config::{Config, Membership};
 use crate::heal;
 use crate::observe::{self, Health, Metrics};
 use crate::source::Source;
+use crate::store::position::{self, Opened};
 use crate::store::{self, Guard, Store};
 use crate::Error;
 
@@ -97,10 +98,14 @@ impl Projector {
             metrics,
             config,
         };
+        // The layout of the generation found (layout 1 until read: a new read model is written in this
+        // build's).
+        let mut found_layout = 1;
         if projector.config.generation.is_some() || active.is_some() {
             // Nothing is read, marked or written in a layout this build does not know.
             let keys = projector.store.keys().clone();
             let layout = store::check_layout(&mut conn, &keys).await?;
+            found_layout = layout;
             // A meta Redis lost (with its primary's data) gets back the layout the positions recorded.
             if layout > 1 && store::restore_layout(&mut conn, &keys, layout).await? {
                 tracing::warn!(layout, "the generation's meta had lost its layout; written back from the positions");
@@ -111,16 +116,21 @@ impl Projector {
             // before the API can find it.
             let keys = projector.store.keys().clone();
             // Its layout first, so that no reader ever finds the generation without it.
-            let layout = shared::layout::LAYOUT.to_string();
+            let layout = shared::layout::LAYOUT;
             let _: () = redis::cmd("HSET")
                 .arg(keys.meta())
                 .arg(shared::layout::FIELD)
-                .arg(layout)
+                .arg(layout.to_string())
                 .query_async(&mut conn)
                 .await?;
+            // Then its healing state, opened before anything is marked there: from now on its absence is
+            // a loss.
+            let opened = Opened::of_layout(layout);
+            position::open_healing(&mut conn, &keys, opened).await?;
             let losses = Losses::one(Loss::NewReadModel);
-            heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, &losses).await?;
-            heal::mark_everything(&mut projector.source, &mut conn, &keys, &losses).await?;
+            let losses =
+                heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, opened, &losses).await?;
+            heal::mark_everything(&mut projector.source, &mut conn, &keys, opened, &losses).await?;
             let generation = store::active_generation(&mut conn, &projector.config.redis.key_prefix).await?;
             projector.store.set_generation(generation);
         } else if projector.config.generation.is_none() {
@@ -132,9 +142,11 @@ impl Projector {
             let only_marked = projector.config.membership == Membership::Group;
             if let Some(loss) = heal::behind_commits(&projector.source, &mut conn, &keys, only_marked).await? {
                 tracing::error!(%loss, "the read model's Redis lost data while no projector ran; projecting again");
+                let opened = Opened::of_layout(found_layout);
                 let losses = Losses::one(loss);
-                heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, &losses).await?;
-                heal::mark_everything(&mut projector.source, &mut conn, &keys, &losses).await?;
+                let follows = projector.config.generation.is_none();
+                let losses = heal::mark_lost(follows, &mut conn, &keys, opened, &losses).await?;
+                heal::mark_everything(&mut projector.source, &mut conn, &keys, opened, &losses).await?;
                 projector.metrics.redis.losses.inc();
             }
         }

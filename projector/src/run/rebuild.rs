@@ -216,6 +216,8 @@ async fn target(config: &Config, conn: &mut Connection, old: u64, notify: Notify
     let layout = shared::layout::LAYOUT.to_string();
     let fields = [("started", started.as_str()), ("group", group.as_str()), (shared::layout::FIELD, layout.as_str())];
     let _: () = conn.hset_multiple(&meta, &fields).await?;
+    let keys = Keyspace::new(prefix.clone(), generation);
+    store::position::open_healing(conn, &keys, store::position::Opened::of_layout(shared::layout::LAYOUT)).await?;
     notify(Notice::Building { generation, active: old });
     Ok((generation, group))
 }

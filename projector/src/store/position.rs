@@ -10,7 +10,8 @@ use std::collections::HashMap;
 
 use redis::{Script, Value};
 use shared::connection::{Connection, Node};
-use shared::loss::{HealingEntry, Losses};
+use shared::keys::HEALING_OPENED;
+use shared::loss::{HealingEntry, Loss, Losses};
 use shared::Keyspace;
 
 use crate::source::Partition;
@@ -48,16 +49,31 @@ if redis.call('HGET', KEYS[1], ARGV[1]) == ARGV[2] then return redis.call('HDEL'
 return 0
 ";
 
-/// Sets healing entries (ARGV: field, target or empty, losses; again for each), keeping the losses of an
-/// entry it replaces that the new one does not name: a later loss never narrows what is still being
+/// Sets healing entries (ARGV[3] on: field, target or empty, losses; again for each), keeping the losses of
+/// an entry it replaces that the new one does not name: a later loss never narrows what is still being
 /// projected again (the API serves the slots outside the losses of the entries left).
+/// From layout 4 (ARGV[1] the field `shared::keys::HEALING_OPENED`, empty before), a hash found without
+/// that field lost its healing state with its primary, and the losses that were healing with it: the loss
+/// ARGV[2] (every slot) is added to every entry written, and the field written again. Returns 1 when it
+/// was, 0 when not.
 const MARK: &str = r"
-for i = 1, #ARGV, 3 do
+local opened, lost = ARGV[1], ARGV[2]
+local added = 0
+-- HGET rather than HEXISTS: the projector's Redis user (deploy/redis/users.acl) may run HGET, not HEXISTS.
+if opened ~= '' and not redis.call('HGET', KEYS[1], opened) then
+  added = 1
+  redis.call('HSET', KEYS[1], opened, '1')
+end
+for i = 3, #ARGV, 3 do
   local field, target, losses = ARGV[i], ARGV[i + 1], ARGV[i + 2]
+  local named = {}
+  for loss in string.gmatch(losses .. '; ', '(.-); ') do named[loss] = true end
+  if added == 1 and not named[lost] then
+    losses = losses .. '; ' .. lost
+    named[lost] = true
+  end
   local old = redis.call('HGET', KEYS[1], field)
   if old then
-    local named = {}
-    for loss in string.gmatch(losses .. '; ', '(.-); ') do named[loss] = true end
     for loss in string.gmatch((string.match(old, '^%d+ (.*)$') or old) .. '; ', '(.-); ') do
       if not named[loss] then
         losses = losses .. '; ' .. loss
@@ -71,22 +87,70 @@ for i = 1, #ARGV, 3 do
     redis.call('HSET', KEYS[1], field, target .. ' ' .. losses)
   end
 end
-return 1
+return added
 ";
 
-/// Writes healing entries through [`MARK`]: (field, target, losses).
+/// Whether a generation's healing hash keeps `shared::keys::HEALING_OPENED` (layout 4 on): then its
+/// absence is a loss ([`Loss::HealingLost`]), never "nothing heals".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opened {
+    /// Layout 4 on.
+    Kept,
+    /// A generation of an earlier layout: the hash holds entries only, and an old API would read the
+    /// field as an entry.
+    Never,
+}
+
+impl Opened {
+    pub fn of_layout(layout: u32) -> Self {
+        if shared::layout::keeps_healing_opened(layout) {
+            Self::Kept
+        } else {
+            Self::Never
+        }
+    }
+}
+
+/// Writes healing entries through [`MARK`]: (field, target, losses). Returns the loss it added to them
+/// when it found the healing state lost.
 async fn mark(
     conn: &mut Connection,
     keys: &Keyspace,
+    opened: Opened,
     entries: &[(String, Option<i64>, &Losses)],
-) -> redis::RedisResult<()> {
+) -> redis::RedisResult<Option<Loss>> {
+    let lost = Loss::HealingLost { generation: keys.generation() };
     let script = Script::new(MARK);
     let mut invocation = script.key(keys.healing());
+    invocation.arg(if opened == Opened::Kept { HEALING_OPENED } else { "" }).arg(lost.to_string());
     for (field, target, losses) in entries {
         invocation.arg(field).arg(target.map(|t| t.to_string()).unwrap_or_default()).arg(losses.to_string());
     }
-    let _: Value = invocation.invoke_async(conn).await?;
+    let added: i64 = invocation.invoke_async(conn).await?;
+    Ok((added == 1).then_some(lost))
+}
+
+/// Writes [`HEALING_OPENED`] into the healing hash of a generation that keeps it, as the generation is
+/// started (before anything can be marked there): from then on its absence is a loss.
+pub async fn open_healing(conn: &mut Connection, keys: &Keyspace, opened: Opened) -> redis::RedisResult<()> {
+    if opened == Opened::Kept {
+        let mut set = redis::cmd("HSET");
+        set.arg(keys.healing()).arg(HEALING_OPENED).arg("1");
+        conn.query_all(&[set]).await?;
+    }
     Ok(())
+}
+
+/// Whether the healing hash of a generation that keeps [`HEALING_OPENED`] lost it (and so every entry it
+/// held); `false` for a generation that never keeps it.
+pub async fn healing_lost(conn: &mut Connection, keys: &Keyspace, opened: Opened) -> redis::RedisResult<bool> {
+    if opened == Opened::Never {
+        return Ok(false);
+    }
+    let mut get = redis::cmd("HGET");
+    get.arg(keys.healing()).arg(HEALING_OPENED);
+    let value: Option<String> = redis::from_redis_value(conn.query_all(&[get]).await?.remove(0))?;
+    Ok(value.is_none())
 }
 
 /// The field of a primary's positions hash that holds the generation's layout.
@@ -222,9 +286,15 @@ impl Healing {
 /// The healing entry of the whole generation, written the moment a loss is known.
 const WHOLE: &str = "*";
 
-/// Marks the whole generation as incomplete (see [`crate::heal`]): the API answers 503 from now.
-pub async fn mark_incomplete(conn: &mut Connection, keys: &Keyspace, losses: &Losses) -> redis::RedisResult<()> {
-    mark(conn, keys, &[(WHOLE.to_string(), None, losses)]).await
+/// Marks the whole generation as incomplete (see [`crate::heal`]): the API answers 503 from now. Returns
+/// the loss added when the healing state was found lost (see [`MARK`]).
+pub async fn mark_incomplete(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    opened: Opened,
+    losses: &Losses,
+) -> redis::RedisResult<Option<Loss>> {
+    mark(conn, keys, opened, &[(WHOLE.to_string(), None, losses)]).await
 }
 
 /// Ends the entry of the whole generation, once every partition has an entry of its own.
@@ -240,16 +310,18 @@ pub async fn end_incomplete(conn: &mut Connection, keys: &Keyspace) -> redis::Re
 pub async fn mark_healing(
     conn: &mut Connection,
     keys: &Keyspace,
+    opened: Opened,
     entries: &HashMap<Partition, Healing>,
 ) -> redis::RedisResult<()> {
     if entries.is_empty() {
         return Ok(());
     }
     let fields: Vec<_> = entries.iter().map(|(p, h)| (p.to_string(), Some(h.target), &h.losses)).collect();
-    mark(conn, keys, &fields).await
+    mark(conn, keys, opened, &fields).await?;
+    Ok(())
 }
 
-/// The generation's healing entries.
+/// The generation's healing entries (the field [`HEALING_OPENED`] is none).
 pub async fn healing(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<HashMap<Partition, Healing>> {
     let mut all = redis::cmd("HGETALL");
     all.arg(keys.healing());

@@ -12,6 +12,7 @@ use shared::projectors::ProjectorReport;
 use shared::scope::Scope;
 use shared::Keyspace;
 
+use super::healing::Healing;
 use super::model::ReadModel;
 
 /// Reads that failed, asked by every request while Redis is away: logged once a second at most.
@@ -39,6 +40,10 @@ const UNSURE: u8 = 5;
 /// The active generation has a layout this API does not read (`shared::layout`: a rebuild by a newer
 /// projector): nothing is served rather than misread, until the API is upgraded or the layout changes.
 const LAYOUT: u8 = 6;
+/// The generation keeps its healing state opened (`shared::keys::HEALING_OPENED`) and it was found
+/// without it: Redis lost it with its primary, and with it what was still healing. Nothing is served until
+/// a projector has marked the loss again.
+const HEALING_LOST: u8 = 7;
 
 /// Why the read model, or an organization's part of it, is not served: a 503. Its text is logged and
 /// given on the admin readiness detail; its label counts the refusals (`api_refused_total`).
@@ -58,6 +63,8 @@ pub enum NotServed {
     KeyIndexLost,
     /// A read found the organization's data gone, before the projector marked the loss.
     OrganizationLost,
+    /// The generation's healing state was lost, before the projector marked it again.
+    HealingLost,
 }
 
 impl NotServed {
@@ -74,6 +81,9 @@ impl NotServed {
             Self::Unknown => "the read model's active generation is not known yet",
             Self::KeyIndexLost => "the key index was lost and is not projected again yet",
             Self::OrganizationLost => "an organization's data was lost and is not projected again yet",
+            Self::HealingLost => {
+                "the read model's healing state was lost with its Redis primary; waiting for the projector to mark it again"
+            }
         }
     }
 
@@ -81,7 +91,7 @@ impl NotServed {
     pub fn label(self) -> &'static str {
         match self {
             Self::Healing | Self::OrganizationHealing => "healing",
-            Self::Lost | Self::KeyIndexLost | Self::OrganizationLost => "lost",
+            Self::Lost | Self::KeyIndexLost | Self::OrganizationLost | Self::HealingLost => "lost",
             Self::Behind => "behind",
             Self::Unsure => "unsure",
             Self::Layout => "layout",
@@ -98,10 +108,13 @@ pub struct Generation {
     highest: AtomicU64,
     /// Since when (Unix time) the active generation has been found lower than [`Self::highest`].
     behind_since: Mutex<Option<f64>>,
-    /// [`COMPLETE`], [`HEALING`], [`HEALING_SOME`], [`LOST`], [`BEHIND`], [`UNSURE`] or [`LAYOUT`].
+    /// [`COMPLETE`], [`HEALING`], [`HEALING_SOME`], [`LOST`], [`BEHIND`], [`UNSURE`], [`LAYOUT`] or
+    /// [`HEALING_LOST`].
     condition: AtomicU8,
     /// While [`HEALING_SOME`]: the slots being projected again.
     healing: RwLock<Scope>,
+    /// The layout of a generation as last read (generation, layout): which rules its healing hash follows.
+    layout: Mutex<Option<(u64, u32)>>,
 }
 
 /// What a read of the active generation found.
@@ -125,6 +138,7 @@ impl Generation {
             behind_since: Mutex::new(None),
             condition: AtomicU8::new(COMPLETE),
             healing: RwLock::new(Scope::nothing()),
+            layout: Mutex::new(None),
         }
     }
 
@@ -176,6 +190,7 @@ impl Generation {
             (_, BEHIND) => Err(NotServed::Behind),
             (_, UNSURE) => Err(NotServed::Unsure),
             (_, LAYOUT) => Err(NotServed::Layout),
+            (_, HEALING_LOST) => Err(NotServed::HealingLost),
             (UNKNOWN, _) => Err(NotServed::Unknown),
             (generation, _) => Ok(generation),
         }
@@ -216,25 +231,45 @@ impl Generation {
         *self.behind_since.lock().expect("behind since") = None;
         let keys = Keyspace::new(self.prefix.clone(), generation);
         // A generation this instance does not serve yet is read only in a layout it knows.
-        if generation != self.generation.load(Ordering::Acquire) || self.condition.load(Ordering::Acquire) == LAYOUT {
-            match model.layout(&keys).await {
-                Ok(field) => {
-                    if let Err(unknown) = shared::layout::check(generation, field.as_deref(), "query API") {
+        let known_layout = *self.layout.lock().expect("layout");
+        let layout = match known_layout {
+            Some((of, layout))
+                if of == generation
+                    && generation == self.generation.load(Ordering::Acquire)
+                    && self.condition.load(Ordering::Acquire) != LAYOUT =>
+            {
+                layout
+            }
+            _ => match model.layout(&keys).await {
+                Ok(field) => match shared::layout::check(generation, field.as_deref(), "query API") {
+                    Ok(layout) => {
+                        *self.layout.lock().expect("layout") = Some((generation, layout));
+                        layout
+                    }
+                    Err(unknown) => {
                         if self.condition.swap(LAYOUT, Ordering::AcqRel) != LAYOUT {
                             tracing::error!("{unknown}");
                         }
                         return Found::Gone;
                     }
-                }
+                },
                 Err(e) => return self.unread(&e, "the layout of the active generation"),
-            }
-        }
+            },
+        };
         let mut newly_healing = None;
         // Healing where the key index lives is healing everywhere: any key's answer may be wrong.
-        let condition = match model.healing(&keys).await {
-            Ok(None) => COMPLETE,
-            Ok(Some(scope)) if scope.is_everything() || scope.contains(slot(&keys.api_key_epoch())) => HEALING,
-            Ok(Some(scope)) => {
+        let condition = match model.healing(&keys, shared::layout::keeps_healing_opened(layout)).await {
+            Ok(Healing::Nothing) => COMPLETE,
+            Ok(Healing::StateLost) => {
+                if self.condition.load(Ordering::Acquire) != HEALING_LOST {
+                    tracing::error!(generation, "the read model's healing state is gone: Redis lost it");
+                }
+                HEALING_LOST
+            }
+            Ok(Healing::Slots(scope)) if scope.is_everything() || scope.contains(slot(&keys.api_key_epoch())) => {
+                HEALING
+            }
+            Ok(Healing::Slots(scope)) => {
                 let mut healing = self.healing.write().expect("healing scope");
                 if self.condition.load(Ordering::Acquire) != HEALING_SOME || *healing != scope {
                     newly_healing = Some(scope.clone());
@@ -274,7 +309,7 @@ impl Generation {
     /// unsure.
     fn unsure(&self) {
         let _ = self.condition.fetch_update(Ordering::AcqRel, Ordering::Acquire, |now| match now {
-            LOST | BEHIND | HEALING => None,
+            LOST | BEHIND | HEALING | HEALING_LOST => None,
             _ => Some(UNSURE),
         });
     }

@@ -1,6 +1,6 @@
 //! The read path: the read model in Redis ([`model`]), reads kept in memory ([`cache`]) and what vouches
 //! for them, the epochs and keys Redis pushes changes of ([`push`]), the generation being served
-//! ([`generation`]) and how fresh it is ([`freshness`]).
+//! ([`generation`]), whether it heals ([`healing`]) and how fresh it is ([`freshness`]).
 //!
 //! A data route reads through [`Reads`]: a read kept in memory when its organization's epoch is the one
 //! Redis last pushed, else one read of Redis, which is then kept.
@@ -9,6 +9,7 @@ pub mod cache;
 pub mod document;
 pub mod freshness;
 pub mod generation;
+pub mod healing;
 pub mod model;
 pub mod push;
 pub mod scripts;

@@ -12,10 +12,8 @@ use std::time::Duration;
 use redis::{RedisError, RedisResult, ScriptInvocation, Value};
 use shared::connection::{Connection, Settings};
 use shared::log_every::LogEvery;
-use shared::loss::HealingEntry;
 use shared::redis_tls::{refusal, Refusal, Tls};
 use shared::redis_url::Target;
-use shared::scope::Scope;
 use shared::Keyspace;
 use tokio::sync::OnceCell;
 
@@ -409,19 +407,13 @@ impl ReadModel {
     }
 
     /// Where the generation is being projected again after Redis lost data: the slots its losses touched,
-    /// or `None` when it is complete as far as the projector knows (no healing entry left).
-    pub async fn healing(&self, keys: &Keyspace) -> RedisResult<Option<Scope>> {
-        let mut cmd = redis::cmd("HVALS");
+    /// nothing when it is complete as far as the projector knows (no healing entry left), or that the
+    /// healing state itself was lost (`opened`: the generation's layout keeps it, see [`Healing`]).
+    pub async fn healing(&self, keys: &Keyspace, opened: bool) -> RedisResult<super::healing::Healing> {
+        let mut cmd = redis::cmd("HGETALL");
         cmd.arg(keys.healing());
-        let entries: Vec<String> = self.query(&cmd).await?;
-        if entries.is_empty() {
-            return Ok(None);
-        }
-        let mut scope = Scope::nothing();
-        for entry in &entries {
-            scope.add(&HealingEntry::decode(entry).losses.scope());
-        }
-        Ok(Some(scope))
+        let entries: std::collections::HashMap<String, String> = self.query(&cmd).await?;
+        Ok(super::healing::Healing::of(entries, opened))
     }
 
     /// The live projectors' reports (instance id → JSON `shared::ProjectorReport`), for how fresh the read

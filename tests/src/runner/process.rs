@@ -30,6 +30,12 @@ impl KillOnDrop {
         assert!(status.success(), "SIGSTOP to {} failed", self.0.id());
     }
 
+    /// SIGCONT: a process [`KillOnDrop::freeze`] froze goes on where it stood.
+    pub fn thaw(&self) {
+        let status = Command::new("kill").args(["-CONT", &self.0.id().to_string()]).status().expect("kill runs");
+        assert!(status.success(), "SIGCONT to {} failed", self.0.id());
+    }
+
     /// SIGKILL, then waits for the process to be gone.
     pub fn sigkill(&mut self) {
         self.0.kill().expect("SIGKILL");

@@ -361,14 +361,15 @@ async fn while_another_organizations_slots_heal_an_organization_is_served_from_m
         assert_eq!(app.get("/v1/studies", Some("not-a-key-of-anyone")).await.status(), 401);
     }
     let from_memory = served_from_memory(&app).await - before;
-    let (conditions, generations) = (calls(&redis, "hvals"), calls(&redis, "get"));
+    let (conditions, generations) = (calls(&redis, "hgetall"), calls(&redis, "get"));
     assert_eq!(from_memory, 50.0, "ACME's reads while GLOBEX healed");
     assert!(
         conditions <= 2 && generations <= 2,
         "100 requests read the condition {conditions} times, the generation {generations}"
     );
-    // The heal ends: GLOBEX is served again, as soon as Redis pushes the change.
-    assert_eq!(redis.cli(&["DEL", &keys.healing()]), "1");
+    // The heal ends (its entry cleared, as the projector clears it): GLOBEX is served again, as soon as
+    // Redis pushes the change.
+    assert_eq!(redis.cli(&["HDEL", &keys.healing(), "test"]), "1");
     eventually(Duration::from_secs(10), "GLOBEX served", || async {
         (app.get("/v1/studies", Some(fixture::GLOBEX_KEY)).await.status() == 200).then_some(())
     })

@@ -317,11 +317,45 @@ async fn a_later_loss_marked_on_a_partition_still_healing_keeps_the_earlier_loss
     for (target, losses) in [(10, &earlier), (20, &later), (30, &later)] {
         let healing = projector::Healing { target, losses: losses.clone() };
         let entries = std::collections::HashMap::from([(partition.clone(), healing)]);
-        projector::mark_healing(&mut conn, &keys, &entries).await.unwrap();
+        projector::mark_healing(&mut conn, &keys, projector::Opened::Never, &entries).await.unwrap();
     }
     let entry = &projector::healing_entries(&mut conn, &keys).await.unwrap()[&partition];
     assert_eq!(entry.target, 30, "the latest target");
     let scope = entry.losses.scope();
     assert!(scope.contains(100) && scope.contains(16000) && !scope.contains(6000), "{}", entry.losses);
     assert_eq!(entry.losses.0.len(), 2, "each loss named once: {}", entry.losses);
+}
+
+/// From layout 4 a healing hash keeps the field `opened` from its generation's start on: a mark that finds
+/// it gone (its primary lost the hash, and with it the losses still healing) adds the loss of the healing
+/// state, which names every slot, to what it marks, and writes the field again; the next mark adds nothing.
+#[tokio::test]
+async fn a_mark_that_finds_the_healing_state_lost_marks_every_slot_and_opens_it_again() {
+    use shared::loss::{Loss, Losses};
+    let keys = Keyspace::new(unique("mark"), 3);
+    let mut conn = redis().await;
+    let partition = projector::Partition::new("t-study", 0);
+    let later = Losses::parse("failover to 127.0.0.1:7002 (bbb) slots=10923-16383");
+    let mark = |target| {
+        let healing = projector::Healing { target, losses: later.clone() };
+        std::collections::HashMap::from([(partition.clone(), healing)])
+    };
+    projector::mark_healing(&mut conn, &keys, projector::Opened::Kept, &mark(10)).await.unwrap();
+    let entry = &projector::healing_entries(&mut conn, &keys).await.unwrap()[&partition];
+    assert!(entry.losses.0.contains(&Loss::HealingLost { generation: 3 }), "{}", entry.losses);
+    assert!(entry.losses.scope().is_everything(), "{}", entry.losses);
+    let opened: Option<String> =
+        redis::cmd("HGET").arg(keys.healing()).arg(shared::keys::HEALING_OPENED).query_async(&mut conn).await.unwrap();
+    assert_eq!(opened.as_deref(), Some("1"), "the field is written again");
+
+    // Cleared, and marked again with the field in place: only the later loss.
+    let _: () = redis::cmd("HDEL").arg(keys.healing()).arg(partition.to_string()).query_async(&mut conn).await.unwrap();
+    projector::mark_healing(&mut conn, &keys, projector::Opened::Kept, &mark(20)).await.unwrap();
+    let entry = &projector::healing_entries(&mut conn, &keys).await.unwrap()[&partition];
+    assert_eq!(entry.losses, later, "nothing added while the field is there");
+    // A generation of an earlier layout never gets the field.
+    let old = Keyspace::new(unique("mark"), 1);
+    projector::mark_healing(&mut conn, &old, projector::Opened::Never, &mark(10)).await.unwrap();
+    let fields: Vec<String> = redis::cmd("HKEYS").arg(old.healing()).query_async(&mut conn).await.unwrap();
+    assert_eq!(fields, vec![partition.to_string()], "an old API would read the field as an entry");
 }

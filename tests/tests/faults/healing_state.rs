@@ -1,0 +1,172 @@
+//! The generation's healing state (`P:gN:healing`) has no hash tag: on a cluster it lives on one primary,
+//! apart from the data whose heal it records, and a flush of that primary takes it while others heal. From
+//! layout 4 it holds a field from the generation's start on, so that its absence reads as "lost" and never
+//! as "nothing heals": the API answers 503 until a projector has marked every partition as healing again.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use end_to_end::api::{self, TestApp};
+use end_to_end::faults::{reference, Healing, Probe, Prober, CONVERGENCE, DETECTION, GRACE};
+use end_to_end::kafka::Topics;
+use end_to_end::own_redis::{OwnCluster, OwnRedis, Persistence};
+use end_to_end::runner::{self, KillOnDrop};
+use end_to_end::scenario::Scenario;
+use end_to_end::{eventually, unique};
+use shared::connection::{Connection, Settings};
+use shared::keys::{slot, HEALING_OPENED};
+use shared::redis_url::Target;
+use shared::Keyspace;
+
+/// On one Redis a flush takes everything, the active generation with it; the healing state lost alone is
+/// what a cluster's flush of its primary leaves, made here by deleting it while no projector runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healing_state_lost_while_no_projector_runs_is_answered_503_until_a_projector_marks_it_again() {
+    let redis = OwnRedis::start();
+    let scenario = Scenario::generate(0x5eed_1151, 4, 6, 3);
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let prober = Prober::start(&world.app, &scenario);
+    prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
+    let healing = Keyspace::new(world.prefix(), 1).healing();
+
+    let (mut lost, mut restarting) = (Instant::now(), Instant::now());
+    let (mut world, _) = world
+        .with_projector_down_for(async || {
+            assert_eq!(redis.cli(&["DEL", &healing]), "1");
+            lost = Instant::now();
+            prober.wait_rounds(lost + GRACE, 5, Duration::from_secs(20)).await;
+            restarting = Instant::now();
+        })
+        .await;
+    let detected = world.wait_detected(DETECTION).await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    prober.wait_answered(detected + GRACE, Duration::from_secs(10)).await;
+    let probes = prober.finish().await;
+
+    let down: Vec<u16> =
+        probes.iter().filter(|p| p.at >= lost + GRACE && p.at < restarting).map(|p| p.status).collect();
+    println!("{} answers with the healing state lost and no projector", down.len());
+    assert!(!down.is_empty() && down.iter().all(|s| *s == 503), "answered while nothing was known: {down:?}");
+    assert_no_wrong_answer_from(&probes, lost + GRACE);
+    assert_eq!(redis.cli(&["HGET", &healing, HEALING_OPENED]), "1", "the projector opened it again");
+    assert_eq!(redis.cli(&["HLEN", &healing]), "1", "and every partition it marked has healed");
+}
+
+/// The overlap a randomized cluster soak found: a primary flushed, its loss marked and being healed, and
+/// then the primary holding the healing state flushed before the heal ended. The projector is frozen
+/// mid-heal (SIGSTOP) so that the second flush lands while the first heal holds: the flushed primary's
+/// positions are recorded again and some of its organizations' epochs written again, so only the
+/// healing state says they are incomplete. Losing it must not make them served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_the_healing_state_flushed_mid_heal_never_lets_a_healing_organization_be_served() {
+    let cluster = OwnCluster::start(Persistence::Snapshots).await;
+    let (prefix, healing_node, data_node) = prefix_with_the_healing_state_apart(&cluster);
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let scenario = Scenario::generate(0x5eed_1152, 9, 12, 6);
+    let on_data_node = |org: &String| cluster.primary_of(slot(&keys.org_epoch(org))) == data_node;
+    let healing_orgs: Vec<String> = scenario.organizations().into_iter().filter(on_data_node).collect();
+    assert!(!healing_orgs.is_empty(), "organizations on the flushed primary");
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let mut config = api::config(&prefix, &cluster.urls());
+    config.redis.cluster = true;
+    let app = api::spawn_app(config).await;
+    let projector = one_event_a_batch(&topics, &prefix, &cluster.urls());
+    let prober = Prober::start(&app, &scenario);
+    prober.wait_answered(Instant::now(), Duration::from_secs(120)).await;
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
+    let mut conn = Connection::connect(&Target::new(&cluster.urls(), true), settings).await.expect("own cluster");
+    let tag = (0..).map(|n| format!("position-{n}")).find(|tag| cluster.primary_of(slot(tag)) == data_node);
+    let positions = keys.position(&tag.expect("a position tag on every primary"));
+
+    assert_eq!(cluster.nodes[data_node].cli(&["FLUSHALL"]), "OK");
+    eventually(Duration::from_secs(30), "the loss marked, and the positions recorded again", || async {
+        let (entries, recorded) = (partition_entries(&mut conn.clone(), &keys).await, exists(&conn, &positions).await);
+        (entries > 0 && recorded).then_some(())
+    })
+    .await;
+    let marked = Instant::now();
+    projector.freeze();
+    assert!(
+        partition_entries(&mut conn, &keys).await > 0,
+        "the heal ended before the projector was frozen: nothing is held (slow it further)"
+    );
+    assert_eq!(cluster.nodes[healing_node].cli(&["FLUSHALL"]), "OK");
+    let lost = Instant::now();
+    prober.wait_rounds(lost + GRACE, 10, Duration::from_secs(30)).await;
+    let thawed = Instant::now();
+    projector.thaw();
+    converged(&app, &mut conn, &keys, &expected).await;
+    prober.wait_answered(Instant::now(), Duration::from_secs(30)).await;
+    let probes = prober.finish().await;
+
+    let held: Vec<u16> = probes
+        .iter()
+        .filter(|p| p.at >= lost + GRACE && p.at < thawed && healing_orgs.contains(&p.org))
+        .map(|p| p.status)
+        .collect();
+    println!("{} answers to the healing organizations while the heal was held", held.len());
+    assert!(!held.is_empty() && held.iter().all(|s| *s == 503), "served while healing: {held:?}");
+    assert_no_wrong_answer_from(&probes, marked + GRACE);
+    drop(projector);
+}
+
+/// Fails the test on any wrong answer (a live key refused, a short list) given from `from` on.
+fn assert_no_wrong_answer_from(probes: &[Probe], from: Instant) {
+    let wrong: Vec<&Probe> = probes.iter().filter(|p| p.at >= from && p.is_wrong()).collect();
+    let later = probes.iter().filter(|p| p.at >= from).count();
+    assert!(wrong.is_empty(), "{} of {later} answers wrong, first: {:?}", wrong.len(), wrong.first());
+}
+
+/// A prefix whose healing state lives on a primary of its own (the active generation, the projectors'
+/// reports and the key index on another, so that a flush of the first loses nothing else of the whole),
+/// that primary, and the third, which holds none of them.
+fn prefix_with_the_healing_state_apart(cluster: &OwnCluster) -> (String, usize, usize) {
+    let node_of = |key: &str| cluster.primary_of(slot(key));
+    (0..5000)
+        .find_map(|_| {
+            let prefix = unique("heal");
+            let keys = Keyspace::new(prefix.clone(), 1);
+            let shared = node_of(&Keyspace::active_generation(&prefix));
+            let together = [Keyspace::projectors(&prefix), keys.api_key_epoch()].iter().all(|k| node_of(k) == shared);
+            let healing = node_of(&keys.healing());
+            let data = (0..3).find(|n| *n != shared && *n != healing)?;
+            (together && healing != shared).then_some((prefix, healing, data))
+        })
+        .expect("a prefix with the healing state on a primary of its own")
+}
+
+/// The real projector binary on the cluster, one event a batch: a heal lasts long enough to be frozen in.
+fn one_event_a_batch(topics: &Topics, prefix: &str, urls: &str) -> KillOnDrop {
+    let mut args = runner::args(topics, prefix, &unique("g"));
+    let url = args.iter().position(|arg| arg == "--redis-url").expect("a Redis URL argument") + 1;
+    args[url] = urls.to_string();
+    args.extend(["--redis-cluster", "true", "--batch-size", "1"].map(String::from));
+    let mut command = Command::new(runner::binary());
+    command.args(args).env("RUST_LOG", "warn").stdout(Stdio::null()).stderr(Stdio::inherit());
+    KillOnDrop(command.spawn().expect("projector starts"))
+}
+
+/// The generation's healing entries of partitions (the whole generation's and the field that keeps the
+/// hash are none).
+async fn partition_entries(conn: &mut Connection, keys: &Keyspace) -> usize {
+    let fields: Vec<String> = redis::cmd("HKEYS").arg(keys.healing()).query_async(conn).await.unwrap_or_default();
+    fields.iter().filter(|field| field.contains('/')).count()
+}
+
+async fn exists(conn: &Connection, key: &str) -> bool {
+    redis::cmd("EXISTS").arg(key).query_async(&mut conn.clone()).await.unwrap_or(false)
+}
+
+/// Waits until the generation digests like `reference` and the API is ready.
+async fn converged(app: &TestApp, conn: &mut Connection, keys: &Keyspace, reference: &str) {
+    eventually(CONVERGENCE, "the read model to converge", || async {
+        let digest = runner::digest_of(&mut conn.clone(), keys).await.ok()?;
+        let ready = app.admin_get("/readyz").await.status() == 200;
+        (ready && digest.to_string() == reference).then_some(())
+    })
+    .await;
+}
