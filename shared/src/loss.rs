@@ -40,6 +40,10 @@ pub enum Loss {
     /// `opened` field: Redis lost it with its primary, and with it whatever losses were still being healed.
     /// Every slot: which ones were healing is not known.
     HealingLost { generation: u64 },
+    /// A projector started without the active generation's pointer while Redis still held `generation`
+    /// (the highest it held): the pointer was lost with its primary, not the read model. It is put back,
+    /// and the generation projected again, since what else went with that primary is not known.
+    PointerLost { generation: u64 },
     /// A read model that has never been complete.
     NewReadModel,
     /// Words this version does not know (an entry written by another): every slot.
@@ -106,6 +110,9 @@ impl fmt::Display for Loss {
             Loss::EpochGone { key } => write!(f, "{key} is gone"),
             Loss::GenerationBack { from, to } => write!(f, "the active generation went back from {from} to {to}"),
             Loss::HealingLost { generation } => write!(f, "the healing state of generation {generation} was lost"),
+            Loss::PointerLost { generation } => {
+                write!(f, "the active generation's pointer was lost while generation {generation} held keys")
+            }
             Loss::NewReadModel => f.write_str("a new read model"),
             Loss::Other(words) => f.write_str(words),
         }
@@ -166,6 +173,11 @@ impl Loss {
             body.strip_prefix("the healing state of generation ").and_then(|rest| rest.strip_suffix(" was lost"))
         {
             Loss::HealingLost { generation: generation.parse().ok()? }
+        } else if let Some(generation) = body
+            .strip_prefix("the active generation's pointer was lost while generation ")
+            .and_then(|rest| rest.strip_suffix(" held keys"))
+        {
+            Loss::PointerLost { generation: generation.parse().ok()? }
         } else if let Some(key) = body.strip_suffix(" is gone") {
             Loss::EpochGone { key: key.to_string() }
         } else {
@@ -288,6 +300,7 @@ mod tests {
             Loss::EpochGone { key: "rm:g1:{o}:epoch".into() },
             Loss::GenerationBack { from: 3, to: 2 },
             Loss::HealingLost { generation: 5 },
+            Loss::PointerLost { generation: 6 },
             Loss::NewReadModel,
         ]
     }
@@ -308,6 +321,7 @@ mod tests {
             "rm:g1:{o}:epoch is gone",
             "the active generation went back from 3 to 2",
             "the healing state of generation 5 was lost",
+            "the active generation's pointer was lost while generation 6 held keys",
             "a new read model",
         ];
         for (loss, words) in every_kind().iter().zip(words) {

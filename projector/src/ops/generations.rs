@@ -10,13 +10,13 @@
 use std::collections::BTreeSet;
 
 use serde::Serialize;
-use shared::connection::{Connection, Node};
+use shared::connection::Connection;
 use shared::Keyspace;
 
 use super::Output;
 use crate::config::Config;
 use crate::run::{live_instances, rebuild_state};
-use crate::store::{self, position};
+use crate::store;
 use crate::Error;
 
 /// What a generation holding keys is.
@@ -123,31 +123,8 @@ impl Pointers {
 /// Every generation that holds keys, from the first to the last one ever started, with what it is.
 pub async fn list(conn: &mut Connection, prefix: &str, pointers: &Pointers) -> Result<Vec<Generation>, Error> {
     let last = [pointers.active, pointers.counter, pointers.building].into_iter().flatten().max().unwrap_or(0);
-    let holding = holding_keys(conn, prefix, last).await?;
+    let holding = store::holding_keys(conn, prefix, last).await?;
     Ok(holding.into_iter().map(|generation| Generation { generation, role: pointers.role(generation) }).collect())
-}
-
-/// The generations from 1 to `last` whose meta or positions on some primary exist, asked in one round of
-/// `EXISTS`.
-async fn holding_keys(conn: &mut Connection, prefix: &str, last: u64) -> redis::RedisResult<Vec<u64>> {
-    let nodes: Vec<Node> = conn.nodes().await?;
-    let mut probes = Vec::new();
-    for generation in 1..=last {
-        let keys = Keyspace::new(prefix.to_string(), generation);
-        let names = std::iter::once(keys.meta()).chain(nodes.iter().map(|node| position::key_on(&keys, node)));
-        probes.extend(names.map(|name| redis::cmd("EXISTS").arg(name).clone()));
-    }
-    let mut found = Vec::new();
-    for (generation, replies) in (1..=last).zip(conn.query_all(&probes).await?.chunks(1 + nodes.len())) {
-        let mut holds = false;
-        for reply in replies {
-            holds |= redis::from_redis_value::<i64>(reply.clone())? > 0;
-        }
-        if holds {
-            found.push(generation);
-        }
-    }
-    Ok(found)
 }
 
 /// Deletes `generation` if it is left behind, while the active pointer does not name it (read again

@@ -89,8 +89,22 @@ impl Projector {
     async fn start(config: Config, mut conn: Connection) -> Result<Self, Error> {
         store::check_no_eviction(&mut conn).await?;
         let metrics = Arc::new(Metrics::new(Topic::ALL.map(|t| config.topic_name(t).to_string())));
-        let active: Option<u64> =
+        let mut active: Option<u64> =
             redis::cmd("GET").arg(Keyspace::active_generation(&config.redis.key_prefix)).query_async(&mut conn).await?;
+        // No pointer is no evidence of no read model: Redis may have lost the pointer with its primary
+        // while it holds generations. The highest is put back (once marked, below), never a new one begun
+        // beside it.
+        let mut restored = None;
+        if config.generation.is_none() && active.is_none() {
+            restored = store::highest_holding_keys(&mut conn, &config.redis.key_prefix).await?;
+            if let Some(generation) = restored {
+                tracing::error!(
+                    generation,
+                    "the active generation's pointer is gone while Redis holds generations: putting it back"
+                );
+                active = restored;
+            }
+        }
         let generation = config.generation.or(active).unwrap_or(1);
         let mut projector = Self {
             source: Source::connect(&config, metrics.clone())?,
@@ -140,7 +154,11 @@ impl Projector {
             // offset an operator reset is told from the projector's; one used with Redis membership may
             // not (the local stack's keeps none), and there every committed offset counts.
             let only_marked = projector.config.membership == Membership::Group;
-            if let Some(loss) = heal::behind_commits(&projector.source, &mut conn, &keys, only_marked).await? {
+            let lost = match restored {
+                Some(generation) => Some(Loss::PointerLost { generation }),
+                None => heal::behind_commits(&projector.source, &mut conn, &keys, only_marked).await?,
+            };
+            if let Some(loss) = lost {
                 tracing::error!(%loss, "the read model's Redis lost data while no projector ran; projecting again");
                 let opened = Opened::of_layout(found_layout);
                 let losses = Losses::one(loss);

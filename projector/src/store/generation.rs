@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use redis::aio::ConnectionLike;
-use shared::connection::Connection;
+use shared::connection::{Connection, Node};
 use shared::redis_tls::refusal;
 use shared::Keyspace;
 use tokio::sync::watch;
@@ -118,6 +118,52 @@ pub async fn restore_layout(conn: &mut Connection, keys: &Keyspace, layout: u32)
     restore.arg(keys.meta()).arg(shared::layout::FIELD).arg(layout);
     let written: i64 = redis::from_redis_value(conn.query_all(&[restore]).await?.remove(0))?;
     Ok(written == 1)
+}
+
+/// The generations from 1 to `last` whose meta or positions on some primary exist, asked in one round of
+/// `EXISTS`.
+pub async fn holding_keys(conn: &mut Connection, prefix: &str, last: u64) -> redis::RedisResult<Vec<u64>> {
+    let nodes: Vec<Node> = conn.nodes().await?;
+    let mut probes = Vec::new();
+    for generation in 1..=last {
+        let keys = Keyspace::new(prefix.to_string(), generation);
+        let names = std::iter::once(keys.meta()).chain(nodes.iter().map(|node| super::position::key_on(&keys, node)));
+        probes.extend(names.map(|name| redis::cmd("EXISTS").arg(name).clone()));
+    }
+    let mut found = Vec::new();
+    for (generation, replies) in (1..=last).zip(conn.query_all(&probes).await?.chunks(1 + nodes.len())) {
+        let mut holds = false;
+        for reply in replies {
+            holds |= redis::from_redis_value::<i64>(reply.clone())? > 0;
+        }
+        if holds {
+            found.push(generation);
+        }
+    }
+    Ok(found)
+}
+
+/// The highest generation under `prefix` that holds keys, found without the pointers that name one (the
+/// active generation and the counter, which Redis can lose with their primaries): up to the counter when
+/// it is there, else by `SCAN` for the keys of every generation (a walk of the keyspace, made only when
+/// both pointers are gone: at a read model's very first start, and after such a loss). `None`: Redis holds
+/// no generation.
+pub async fn highest_holding_keys(conn: &mut Connection, prefix: &str) -> redis::RedisResult<Option<u64>> {
+    let counter: Option<u64> = redis::cmd("GET").arg(Keyspace::generation_counter(prefix)).query_async(conn).await?;
+    if let Some(last) = counter {
+        return Ok(holding_keys(conn, prefix, last).await?.into_iter().max());
+    }
+    // One walk, every key of any generation under the prefix: the meta and positions name it, as would any
+    // other key of it.
+    let mut highest = None;
+    let base = format!("{prefix}:g");
+    for key in conn.scan(&format!("{base}*")).await? {
+        let generation = key.strip_prefix(&base).and_then(|rest| rest.split(':').next());
+        if let Some(generation) = generation.and_then(|g| g.parse::<u64>().ok()) {
+            highest = highest.max(Some(generation));
+        }
+    }
+    Ok(highest)
 }
 
 /// Every key of the generation, by SCAN (over every primary of a cluster).

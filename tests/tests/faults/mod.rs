@@ -4,5 +4,6 @@ mod cluster;
 mod healing_state;
 mod key_index;
 mod one_redis;
+mod pointer;
 mod resharding;
 mod resilience;

@@ -1,0 +1,66 @@
+//! The active generation's pointer lost while Redis holds the generation it named (on a cluster the pointer
+//! lives on one primary, which can be flushed, restarted empty or failed over alone): a projector that starts
+//! then puts the generation back and projects it again. It never takes the missing pointer for "no read
+//! model" and begins a generation 1 from scratch beside the real one.
+
+use std::time::Duration;
+
+use end_to_end::api;
+use end_to_end::kafka::Topics;
+use end_to_end::{eventually, fixture, redis, runner, unique};
+use redis::AsyncCommands;
+use shared::Keyspace;
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_started_without_the_active_pointer_puts_back_the_generation_redis_holds_and_begins_none() {
+    let messages = fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let total = messages.len() as u64;
+    let (prefix, group) = (unique("pointer"), unique("g"));
+    let config = runner::config(&topics, &prefix, &group);
+    runner::build(config.clone(), total, DEADLINE).await;
+    assert_eq!(runner::rebuild(config.clone()).await.expect("rebuild"), Some(2));
+    let (first, second) = (Keyspace::new(prefix.clone(), 1), Keyspace::new(prefix.clone(), 2));
+    let mut conn = redis().await;
+    eventually(DEADLINE, "generation 1 deleted after the switch", || async {
+        runner::generation_keys(&mut conn.clone(), &first).await.is_empty().then_some(())
+    })
+    .await;
+    let digest = runner::digest(&second).await;
+    let app = api::spawn_app(api::config(&prefix, &end_to_end::env("REDIS_URL"))).await;
+    app.wait_serving(DEADLINE).await;
+
+    // The pointer alone lost; then the pointer and the counter both (found by a walk of the keyspace).
+    for lost in [
+        vec![Keyspace::active_generation(&prefix)],
+        vec![Keyspace::active_generation(&prefix), Keyspace::generation_counter(&prefix)],
+    ] {
+        for key in &lost {
+            let _: () = conn.del(key).await.unwrap();
+        }
+        eventually(DEADLINE, "the API to stop serving", || async {
+            (app.admin_get("/readyz").await.status() == 503).then_some(())
+        })
+        .await;
+        let projector = runner::spawn(config.clone()).await;
+        let pointer = eventually(DEADLINE, "the projector to write a pointer", || async {
+            conn.clone().get::<_, Option<u64>>(Keyspace::active_generation(&prefix)).await.ok().flatten()
+        })
+        .await;
+        assert_eq!(pointer, 2, "the generation Redis held is put back ({lost:?} lost)");
+        // Marked as a loss: what went with the pointer's primary is not known.
+        eventually(DEADLINE, "the projector to count the loss", || async {
+            let losses = end_to_end::metrics::sample(&projector.metrics_text(), "projector_redis_losses_total", &[]);
+            (losses >= 1.0).then_some(())
+        })
+        .await;
+        app.wait_serving(DEADLINE).await;
+        projector.stop().await;
+        assert_eq!(runner::digest(&second).await, digest, "generation 2 as it was");
+        assert_eq!(runner::generation_keys(&mut conn, &first).await, Vec::<String>::new(), "no generation 1 begun");
+        let counter: Option<u64> = conn.get(Keyspace::generation_counter(&prefix)).await.unwrap();
+        assert_eq!(counter, Some(2), "the counter put back too");
+    }
+}
