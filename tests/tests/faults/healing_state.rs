@@ -12,7 +12,7 @@ use end_to_end::kafka::Topics;
 use end_to_end::own_redis::{OwnCluster, OwnRedis, Persistence};
 use end_to_end::runner::{self, KillOnDrop};
 use end_to_end::scenario::Scenario;
-use end_to_end::{eventually, unique};
+use end_to_end::{eventually, eventually_showing, unique};
 use shared::connection::{Connection, Settings};
 use shared::keys::{slot, HEALING_OPENED};
 use shared::redis_url::Target;
@@ -65,7 +65,8 @@ async fn on_a_cluster_the_healing_state_flushed_mid_heal_never_lets_a_healing_or
     let cluster = OwnCluster::start(Persistence::Snapshots).await;
     let (prefix, healing_node, data_node) = prefix_with_the_healing_state_apart(&cluster);
     let keys = Keyspace::new(prefix.clone(), 1);
-    let scenario = Scenario::generate(0x5eed_1152, 9, 12, 6);
+    // About 950 events: read again one a batch, a heal lasts seconds (to be frozen in), not minutes.
+    let scenario = Scenario::generate(0x5eed_1152, 9, 4, 3);
     let on_data_node = |org: &String| cluster.primary_of(slot(&keys.org_epoch(org))) == data_node;
     let healing_orgs: Vec<String> = scenario.organizations().into_iter().filter(on_data_node).collect();
     assert!(!healing_orgs.is_empty(), "organizations on the flushed primary");
@@ -76,7 +77,9 @@ async fn on_a_cluster_the_healing_state_flushed_mid_heal_never_lets_a_healing_or
     let app = api::spawn_app(config).await;
     let projector = one_event_a_batch(&topics, &prefix, &cluster.urls());
     let prober = Prober::start(&app, &scenario);
-    prober.wait_answered(Instant::now(), Duration::from_secs(120)).await;
+    // The read model complete (nothing healing) and every organization heard served, before the faults.
+    app.wait_serving(Duration::from_secs(120)).await;
+    prober.wait_answered(Instant::now(), Duration::from_secs(30)).await;
     let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
     let mut conn = Connection::connect(&Target::new(&cluster.urls(), true), settings).await.expect("own cluster");
     let tag = (0..).map(|n| format!("position-{n}")).find(|tag| cluster.primary_of(slot(tag)) == data_node);
@@ -161,12 +164,16 @@ async fn exists(conn: &Connection, key: &str) -> bool {
     redis::cmd("EXISTS").arg(key).query_async(&mut conn.clone()).await.unwrap_or(false)
 }
 
-/// Waits until the generation digests like `reference` and the API is ready.
+/// Waits until the generation digests like `reference` and the API is ready; a timeout says what it saw.
 async fn converged(app: &TestApp, conn: &mut Connection, keys: &Keyspace, reference: &str) {
-    eventually(CONVERGENCE, "the read model to converge", || async {
-        let digest = runner::digest_of(&mut conn.clone(), keys).await.ok()?;
-        let ready = app.admin_get("/readyz").await.status() == 200;
-        (ready && digest.to_string() == reference).then_some(())
+    eventually_showing(CONVERGENCE, "the read model to converge", || async {
+        let digest = runner::digest_of(&mut conn.clone(), keys).await.map_err(|e| e.to_string())?.to_string();
+        let readyz = app.admin_get("/readyz").await;
+        let ready = readyz.status() == 200;
+        if ready && digest == reference {
+            return Ok(());
+        }
+        Err(format!("{digest} (want {reference}), api {}", readyz.text().await.unwrap_or_default()))
     })
     .await;
 }
