@@ -2,6 +2,9 @@
 
 use std::process::{Child, Command, Stdio};
 
+use shared::keys::slot;
+use shared::Keyspace;
+
 use crate::unique;
 
 /// How an own Redis keeps its data across a restart.
@@ -216,6 +219,25 @@ impl OwnCluster {
             self.nodes.iter().position(|n| n.port == port).expect("a node of this cluster")
         };
         (index(primary), replica.map(index))
+    }
+
+    /// A prefix whose healing state lives on a primary of its own (the active generation, the projectors'
+    /// reports and the key index on another, so that a flush of the first loses nothing else of the whole),
+    /// that primary, and the third, which holds none of them.
+    pub fn prefix_with_the_healing_state_apart(&self) -> (String, usize, usize) {
+        let node_of = |key: &str| self.primary_of(slot(key));
+        (0..5000)
+            .find_map(|_| {
+                let prefix = unique("heal");
+                let keys = Keyspace::new(prefix.clone(), 1);
+                let shared = node_of(&Keyspace::active_generation(&prefix));
+                let together =
+                    [Keyspace::projectors(&prefix), keys.api_key_epoch()].iter().all(|k| node_of(k) == shared);
+                let healing = node_of(&keys.healing());
+                let data = (0..3).find(|n| *n != shared && *n != healing)?;
+                (together && healing != shared).then_some((prefix, healing, data))
+            })
+            .expect("a prefix with the healing state on a primary of its own")
     }
 
     /// The URLs the binaries take with `REDIS_CLUSTER=true`.

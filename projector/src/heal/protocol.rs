@@ -3,7 +3,6 @@
 //! healing, and reads its own partitions again from the position Redis holds.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
 
 use shared::connection::Connection;
 use shared::loss::{Loss, Losses};
@@ -45,8 +44,9 @@ struct Pending {
 }
 
 impl Heal {
-    pub fn new(conn: Connection, metrics: Arc<Metrics>) -> Self {
-        Self { watch: Watch::new(conn, metrics), answered: HashSet::new(), pending: None }
+    /// Healing with `watch`, whose first look was taken when the projector started.
+    pub fn new(watch: Watch) -> Self {
+        Self { watch, answered: HashSet::new(), pending: None }
     }
 
     /// One look; see the module's documentation. An error of Redis is logged and tried again next time;

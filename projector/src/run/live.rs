@@ -26,7 +26,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(250);
 pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -> Result<(), Error> {
     let id = uuid::Uuid::new_v4().to_string();
     let mut conn = projector.conn();
-    let mut heal = Heal::new(projector.conn(), projector.metrics());
+    let mut heal = Heal::new(projector.take_watch());
     let _memory = AbortOnDrop::spawn(watch_memory(conn.clone(), projector.metrics()));
     let mut last_check: Option<Instant> = None;
     if projector.config.membership == Membership::Group {

@@ -37,7 +37,7 @@ pub use retire::Undone;
 use crate::backoff::Backoff;
 use crate::batch::{self, Step};
 use crate::config::{Config, Membership};
-use crate::heal;
+use crate::heal::{self, Watch};
 use crate::observe::{self, Health, Metrics};
 use crate::source::Source;
 use crate::store::position::{self, Opened};
@@ -59,6 +59,9 @@ pub struct Projector {
     source: Source,
     store: Store,
     metrics: Arc<Metrics>,
+    /// The look at every primary, its first taken before the start's check: handed to the loop that
+    /// projects, whose first look then compares with it.
+    watch: Option<Watch>,
 }
 
 impl Projector {
@@ -89,6 +92,11 @@ impl Projector {
     async fn start(config: Config, mut conn: Connection) -> Result<Self, Error> {
         store::check_no_eviction(&mut conn).await?;
         let metrics = Arc::new(Metrics::new(Topic::ALL.map(|t| config.topic_name(t).to_string())));
+        // Watching begins before anything is read: a loss from here on is seen by the first look of the
+        // loop that projects (it compares with this one), one before it by the check below. A first look
+        // taken after the check would take a flush in between for the state of things.
+        let mut watch = Watch::new(conn.clone(), metrics.clone());
+        watch.look().await?;
         let mut active: Option<u64> =
             redis::cmd("GET").arg(Keyspace::active_generation(&config.redis.key_prefix)).query_async(&mut conn).await?;
         // No pointer is no evidence of no read model: Redis may have lost the pointer with its primary
@@ -111,6 +119,7 @@ impl Projector {
             store: Store::new(conn.clone(), Keyspace::new(config.redis.key_prefix.clone(), generation)),
             metrics,
             config,
+            watch: Some(watch),
         };
         // The layout of the generation found (layout 1 until read: a new read model is written in this
         // build's).
@@ -219,5 +228,10 @@ impl Projector {
 
     fn conn(&self) -> Connection {
         self.store.conn()
+    }
+
+    /// The look begun at the start (a new one if it was handed over already).
+    fn take_watch(&mut self) -> Watch {
+        self.watch.take().unwrap_or_else(|| Watch::new(self.conn(), self.metrics()))
     }
 }

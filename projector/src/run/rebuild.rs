@@ -247,7 +247,7 @@ async fn rebuild(
     // An interrupted rebuild resumes from what its generation holds.
     let starts = position::read(conn, projector.store.keys(), &everything).await?;
     projector.source.assign(everything.into_iter().collect(), |p| starts.get(p).copied().flatten())?;
-    let mut watch = Watch::new(conn.clone(), projector.metrics());
+    let mut watch = projector.take_watch();
     let mut last_recorded = Instant::now();
     let rebuilding = Arc::new(AtomicBool::new(true));
     projector.serve_http(rebuilding.clone()).await;

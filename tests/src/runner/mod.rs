@@ -82,11 +82,18 @@ impl From<Counts> for Snapshot {
 }
 
 pub async fn spawn(config: Config) -> Running {
+    spawn_then(config, async {}).await
+}
+
+/// [`spawn`], doing `meanwhile` once the projector has started (its start's check made, a new read model
+/// marked) and before it projects anything: what happens between a start and its first look.
+pub async fn spawn_then(config: Config, meanwhile: impl std::future::Future<Output = ()>) -> Running {
     crate::test_log();
     let (prefix, group) = (config.redis.key_prefix.clone(), config.group_id.clone());
     let (stop, stopped) = watch::channel(false);
     let projector =
         Projector::connect(config, stopped.clone()).await.expect("projector connects").expect("not stopped");
+    meanwhile.await;
     let metrics = projector.metrics();
     let http = projector.serve_http(Default::default()).await;
     let task = tokio::spawn(projector.run_live(stopped));

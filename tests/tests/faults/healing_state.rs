@@ -63,7 +63,7 @@ async fn a_healing_state_lost_while_no_projector_runs_is_answered_503_until_a_pr
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_the_healing_state_flushed_mid_heal_never_lets_a_healing_organization_be_served() {
     let cluster = OwnCluster::start(Persistence::Snapshots).await;
-    let (prefix, healing_node, data_node) = prefix_with_the_healing_state_apart(&cluster);
+    let (prefix, healing_node, data_node) = cluster.prefix_with_the_healing_state_apart();
     let keys = Keyspace::new(prefix.clone(), 1);
     // About 950 events: read again one a batch, a heal lasts seconds (to be frozen in), not minutes.
     let scenario = Scenario::generate(0x5eed_1152, 9, 4, 3);
@@ -122,24 +122,6 @@ fn assert_no_wrong_answer_from(probes: &[Probe], from: Instant) {
     let wrong: Vec<&Probe> = probes.iter().filter(|p| p.at >= from && p.is_wrong()).collect();
     let later = probes.iter().filter(|p| p.at >= from).count();
     assert!(wrong.is_empty(), "{} of {later} answers wrong, first: {:?}", wrong.len(), wrong.first());
-}
-
-/// A prefix whose healing state lives on a primary of its own (the active generation, the projectors'
-/// reports and the key index on another, so that a flush of the first loses nothing else of the whole),
-/// that primary, and the third, which holds none of them.
-fn prefix_with_the_healing_state_apart(cluster: &OwnCluster) -> (String, usize, usize) {
-    let node_of = |key: &str| cluster.primary_of(slot(key));
-    (0..5000)
-        .find_map(|_| {
-            let prefix = unique("heal");
-            let keys = Keyspace::new(prefix.clone(), 1);
-            let shared = node_of(&Keyspace::active_generation(&prefix));
-            let together = [Keyspace::projectors(&prefix), keys.api_key_epoch()].iter().all(|k| node_of(k) == shared);
-            let healing = node_of(&keys.healing());
-            let data = (0..3).find(|n| *n != shared && *n != healing)?;
-            (together && healing != shared).then_some((prefix, healing, data))
-        })
-        .expect("a prefix with the healing state on a primary of its own")
 }
 
 /// The real projector binary on the cluster, one event a batch: a heal lasts long enough to be frozen in.

@@ -7,3 +7,4 @@ mod one_redis;
 mod pointer;
 mod resharding;
 mod resilience;
+mod start;
