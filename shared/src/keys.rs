@@ -30,6 +30,7 @@
 //! | `P:gN:{<org>}:hold` | string | the token of the repair holding the organization's writes for its last moments (with a TTL) |
 //! | `P:gN:{apikeys}:hold:<keyId>` | string | the token of the repair holding one API key's writes (with a TTL) |
 //! | `P:gN:{<org>}:repairing` | string | the token of the one repair of the organization running (with a TTL) |
+//! | `P:gN:{<org>}:swapped` | string | `<swap> <copies>`: written by a repair's swap as it runs (with a TTL), the proof a swap asked again after a lost reply looks for |
 //! | `P:gN:{<org>}:repair:<run>:<rest>` | any | repair `run`'s staged copy of the organization's key `P:gN:{<org>}:<rest>`, swapped in at its end (with a TTL until then) |
 //!
 //! The braces are Redis Cluster hash tags: every key of one organization lives in one slot, so each event
@@ -139,14 +140,14 @@ impl Keyspace {
         if key == self.meta() || key == self.healing() || key == self.late() {
             return true;
         }
-        // `base:{tag}:position`, `base:{tag}:epoch`, `base:{tag}:rewritten`, `base:{tag}:hold`, `base:{tag}:repairing`,
+        // `base:{tag}:position`, `base:{tag}:epoch`, `base:{tag}:rewritten`, `base:{tag}:hold`, `base:{tag}:repairing`, `base:{tag}:swapped`,
         // `base:{tag}:repair:…` and `base:{apikeys}:hold:…`; the tag ends at its first `}` (ids in tags
         // are escaped), so no id standing last in another key can look like these.
         let Some(tagged) = key.strip_prefix(&self.base()).and_then(|rest| rest.strip_prefix(":{")) else {
             return false;
         };
         match tagged.split_once('}') {
-            Some((_, ":position" | ":epoch" | ":rewritten" | ":hold" | ":repairing")) => true,
+            Some((_, ":position" | ":epoch" | ":rewritten" | ":hold" | ":repairing" | ":swapped")) => true,
             Some((tag, rest)) => rest.starts_with(":repair:") || (tag == "apikeys" && rest.starts_with(":hold:")),
             None => false,
         }
@@ -178,6 +179,14 @@ impl Keyspace {
     /// a second repair of it waits. Bookkeeping, with a TTL.
     pub fn repair_lease(&self, org: &str) -> String {
         format!("{}:repairing", self.org(org))
+    }
+
+    /// Written by a repair's swap in the script that swaps (the swap's id and how many staged copies it put
+    /// in place), so that a swap asked again after its reply was lost can tell "done" from "lost with
+    /// the hold": the hold and the staged copies gone prove nothing, a flush takes them too. Bookkeeping,
+    /// with a TTL.
+    pub fn swapped(&self, org: &str) -> String {
+        format!("{}:swapped", self.org(org))
     }
 
     /// The copy staged by repair `run` (a token without `:`), in the same slot, of `live`, a key of an

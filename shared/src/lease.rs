@@ -34,6 +34,15 @@ if not holder and ARGV[3] == '1' then redis.call('SET', KEYS[1], ARGV[1], 'PX', 
 return 0
 ";
 
+/// Extends the lease held (1); takes it over from the earlier holder `ARGV[3]` (1); else another holds it
+/// (0).
+const TAKE_OVER: &str = r"
+local holder = redis.call('GET', KEYS[1])
+if holder == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+if holder == ARGV[3] then redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2]) return 1 end
+return 0
+";
+
 /// Deletes the lease if it is still this token's.
 const RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
@@ -62,6 +71,20 @@ impl Lease {
         ttl: Duration,
         on_lapse: OnLapse,
     ) -> RedisResult<Option<Lease>> {
+        Self::take_over(conn, key, token, None, ttl, on_lapse).await
+    }
+
+    /// [`Lease::try_take`], also taking the lease from `earlier` when that token holds it: a run tried
+    /// again under a token of its own takes what its failed run left, and a late call of that run, which
+    /// carries the earlier token, finds the lease no longer its own.
+    pub async fn take_over(
+        conn: &mut Connection,
+        key: &str,
+        token: &str,
+        earlier: Option<&str>,
+        ttl: Duration,
+        on_lapse: OnLapse,
+    ) -> RedisResult<Option<Lease>> {
         let taken: bool = redis::cmd("SET")
             .arg(key)
             .arg(token)
@@ -71,8 +94,13 @@ impl Lease {
             .query_async(conn)
             .await?;
         if !taken {
-            let ours: i64 =
-                Script::new(RENEW).key(key).arg(token).arg(ttl.as_millis() as u64).arg("0").invoke_async(conn).await?;
+            let ttl_ms = ttl.as_millis() as u64;
+            // Ours already (taken as is), or the earlier run's (taken over).
+            let (script, from) = match earlier {
+                Some(earlier) => (Script::new(TAKE_OVER), earlier),
+                None => (Script::new(RENEW), "0"),
+            };
+            let ours: i64 = script.key(key).arg(token).arg(ttl_ms).arg(from).invoke_async(conn).await?;
             if ours != 1 {
                 return Ok(None);
             }

@@ -20,16 +20,22 @@ impl Cutting {
     /// Forwards to `upstream` (`host:port`); cuts the first connection that sends `pattern`, before what
     /// it sent reaches the server.
     pub async fn start(upstream: &str, pattern: &str) -> Self {
-        Self::listen(upstream, pattern, false).await
+        Self::listen(upstream, pattern, false, Arc::new(|| {})).await
+    }
+
+    /// [`Cutting::start`], doing `meanwhile` before the client's side is cut (what it sent never reached
+    /// the server): what the client finds when it asks again after the cut.
+    pub async fn start_then(upstream: &str, pattern: &str, meanwhile: impl Fn() + Send + Sync + 'static) -> Self {
+        Self::listen(upstream, pattern, false, Arc::new(meanwhile)).await
     }
 
     /// Forwards to `upstream` (`host:port`); the first connection that sends `pattern` loses every reply
     /// from then on: what it sent reaches the server, and the client's side is cut.
     pub async fn after_sending(upstream: &str, pattern: &str) -> Self {
-        Self::listen(upstream, pattern, true).await
+        Self::listen(upstream, pattern, true, Arc::new(|| {})).await
     }
 
-    async fn listen(upstream: &str, pattern: &str, send: bool) -> Self {
+    async fn listen(upstream: &str, pattern: &str, send: bool, meanwhile: OnCut) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
@@ -37,7 +43,7 @@ impl Cutting {
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(&upstream).await else { continue };
-                tokio::spawn(forward(client, server, pattern.clone(), cutting.clone(), send));
+                tokio::spawn(forward(client, server, pattern.clone(), cutting.clone(), send, meanwhile.clone()));
             }
         });
         Self { port, cut, task }
@@ -49,7 +55,17 @@ impl Cutting {
     }
 }
 
-async fn forward(client: TcpStream, server: TcpStream, pattern: Vec<u8>, cut: Arc<AtomicBool>, send: bool) {
+/// What is done when the connection is cut, before the client's side is.
+type OnCut = Arc<dyn Fn() + Send + Sync>;
+
+async fn forward(
+    client: TcpStream,
+    server: TcpStream,
+    pattern: Vec<u8>,
+    cut: Arc<AtomicBool>,
+    send: bool,
+    meanwhile: OnCut,
+) {
     let (mut client_read, mut client_write) = client.into_split();
     let (mut server_read, mut server_write) = server.into_split();
     // Replies are forwarded until this connection is cut: from then on they are read and dropped.
@@ -76,6 +92,7 @@ async fn forward(client: TcpStream, server: TcpStream, pattern: Vec<u8>, cut: Ar
                 // Until the server answers (the reply is dropped, and the replies end): it ran the command.
                 let _ = tokio::time::timeout(std::time::Duration::from_secs(10), &mut replies).await;
             }
+            tokio::task::block_in_place(|| meanwhile());
             break;
         }
         if server_write.write_all(sent).await.is_err() {

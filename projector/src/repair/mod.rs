@@ -83,22 +83,29 @@ pub const ATTEMPTS: u64 = 3;
 
 /// Runs a repair of `target` on the active generation; again, after a pause, when Redis failed under it.
 pub async fn run(config: &Config, target: Target, attempts: u64, progress: Progress<'_>) -> Result<Report, Error> {
-    // One token for every run: a run tried again takes the lease and hold its failed run may have left.
-    let token = uuid::Uuid::new_v4().simple().to_string();
+    // A token for each run, which takes over the lease and hold its failed run may have left: a late call
+    // of that run (a swap whose reply was lost, still on its way) carries the earlier token and finds
+    // neither its own, so it can never land in this run.
+    let mut earlier: Option<String> = None;
     let mut attempt = 1;
     loop {
-        match run_once(config, &token, target.clone(), progress).await {
+        let token = uuid::Uuid::new_v4().simple().to_string();
+        match run_once(config, (&token, earlier.as_deref()), target.clone(), progress).await {
             Err(e) if attempt < attempts && worth_another_run(&e) => {
                 tracing::warn!(error = %e, attempt, "the repair changed nothing; running it again");
                 tokio::time::sleep(Duration::from_secs(attempt)).await;
                 attempt += 1;
+                earlier = Some(token);
             }
             done => return done,
         }
     }
 }
 
-async fn run_once(config: &Config, token: &str, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
+/// One run of a repair: its token, and the token of the run before it, if one failed.
+type Run<'a> = (&'a str, Option<&'a str>);
+
+async fn run_once(config: &Config, run: Run<'_>, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
     let generation = store::active_generation(&mut conn, &config.redis.key_prefix).await?;
@@ -108,7 +115,7 @@ async fn run_once(config: &Config, token: &str, target: Target, progress: Progre
     // second repair never meets (or deletes) the first one's staging.
     let lease = match &target {
         Target::Organization(org) => {
-            match staging::take(&mut conn, &keys.repair_lease(org), token, LEASE_TTL, HOLD_WAIT).await? {
+            match staging::take(&mut conn, &keys.repair_lease(org), run, LEASE_TTL, HOLD_WAIT).await? {
                 Some(lease) => Some(lease),
                 None => {
                     return Err(Error::Refused(format!(
@@ -119,7 +126,7 @@ async fn run_once(config: &Config, token: &str, target: Target, progress: Progre
         }
         Target::Aggregate(..) => None,
     };
-    let result = repair(config, &mut conn, &keys, layout, token, lease.as_ref(), target, progress).await;
+    let result = repair(config, &mut conn, &keys, layout, run, lease.as_ref(), target, progress).await;
     if let Some(lease) = lease {
         if let Err(e) = lease.release(&mut conn).await {
             tracing::warn!(error = %e, "could not release the repair's lease; it expires by itself");
@@ -134,11 +141,12 @@ async fn repair(
     conn: &mut Connection,
     keys: &Keyspace,
     layout: u32,
-    token: &str,
+    run: Run<'_>,
     lease: Option<&Lease>,
     target: Target,
     progress: Progress<'_>,
 ) -> Result<Report, Error> {
+    let token = run.0;
     let started = Instant::now();
     let generation = keys.generation();
     let mut store = Store::new(conn.clone(), keys.clone()).of_layout(layout);
@@ -181,7 +189,7 @@ async fn repair(
     // 4 and 5: hold, read on, swap (or write the one aggregate).
     let in_slot = organization || !matches!(target, Target::Aggregate(Topic::ApiKey, _));
     if in_slot {
-        let Some(hold) = staging::take(conn, &keys.hold(&org), token, HOLD_TTL, HOLD_WAIT).await? else {
+        let Some(hold) = staging::take(conn, &keys.hold(&org), run, HOLD_TTL, HOLD_WAIT).await? else {
             return Err(Error::Refused(format!("another repair holds organization {org}; try again when it is done")));
         };
         let held = Instant::now();

@@ -26,13 +26,19 @@ pub const LEASE_TTL: Duration = Duration::from_secs(20);
 /// How long staged keys live unless swapped in: those of a repair that died go by themselves.
 const STAGED_TTL_MS: u64 = 3_600_000;
 
+/// How long a swap's proof lives: far longer than the calls made again after a lost reply take
+/// ([`SWAP_CALLS`]).
+const PROOF_TTL_MS: u64 = 600_000;
+
 /// Swaps the staged copies of an organization's keys in.
 const SWAP: &str = r"
 -- KEYS[1] the organization's hold, KEYS[2] its repair lease, KEYS[3] its epoch, KEYS[4] the token of its
 -- last transcript rewrite (written anew: a long transcript being sent stops rather than mixing the
--- versions), then pairs: a live key and this repair's staged copy of it. ARGV[1] the repair's token, ARGV[2] the organization's new epoch's token
--- (it keeps the latest occurredAt the live epoch had: `<token>:<microseconds>`), then for each pair the
--- size the staged copy must have: its fields (a hash), its members (a sorted set), 1 (a string) or 0 (none).
+-- versions), KEYS[5] the proof of the swap, then pairs: a live key and this repair's staged copy of it.
+-- ARGV[1] the repair's token, ARGV[2] the organization's new epoch's token, which also names this swap
+-- (the epoch keeps the latest occurredAt the live epoch had: `<token>:<microseconds>`), ARGV[3] how long
+-- the proof lives (ms), then for each pair the size the staged copy must have: its fields (a hash), its
+-- members (a sorted set), 1 (a string) or 0 (none).
 -- A staged copy replaces its live key (RENAME, then PERSIST: the copy had a TTL); a live key without a
 -- staged copy is no longer part of the organization's data and is deleted.
 -- Nothing is written unless every check passes first: the repair still holds the organization and its
@@ -48,8 +54,8 @@ local function size(key)
   if kind == 'none' then return 0 end
   return 1
 end
-for i = 5, #KEYS, 2 do
-  local expected = tonumber(ARGV[3 + (i - 5) / 2])
+for i = 6, #KEYS, 2 do
+  local expected = tonumber(ARGV[4 + (i - 6) / 2])
   if size(KEYS[i + 1]) ~= expected then
     return redis.status_reply('STAGING-INCOMPLETE ' .. KEYS[i])
   end
@@ -59,7 +65,7 @@ for i = 5, #KEYS, 2 do
   end
 end
 local swapped = 0
-for i = 5, #KEYS, 2 do
+for i = 6, #KEYS, 2 do
   if redis.call('EXISTS', KEYS[i + 1]) == 1 then
     redis.call('RENAME', KEYS[i + 1], KEYS[i])
     redis.call('PERSIST', KEYS[i])
@@ -72,23 +78,25 @@ local before = redis.call('GET', KEYS[3])
 local as_of = before and string.match(before, ':(%d+)$')
 redis.call('SET', KEYS[3], ARGV[2] .. ':' .. (as_of or '0'))
 redis.call('SET', KEYS[4], ARGV[2])
+redis.call('SET', KEYS[5], ARGV[2] .. ' ' .. swapped, 'PX', ARGV[3])
 redis.call('DEL', KEYS[1])
 return swapped
 ";
 
-/// Takes the lease `key` for `token` (a renewal that finds it lapsed does not take it again), waiting up to
-/// `wait` while another holds it; `None` if another still does then.
+/// Takes the lease `key` for `token` (a renewal that finds it lapsed does not take it again), or over from
+/// `earlier` (the token of this repair's run that failed), waiting up to `wait` while another holds it;
+/// `None` if another still does then.
 pub async fn take(
     conn: &mut Connection,
     key: &str,
-    token: &str,
+    (token, earlier): (&str, Option<&str>),
     ttl: Duration,
     wait: Duration,
 ) -> redis::RedisResult<Option<Lease>> {
     let started = Instant::now();
     let mut attempt = 0;
     loop {
-        if let Some(lease) = Lease::try_take(conn, key, token, ttl, OnLapse::Lost).await? {
+        if let Some(lease) = Lease::take_over(conn, key, token, earlier, ttl, OnLapse::Lost).await? {
             return Ok(Some(lease));
         }
         if started.elapsed() >= wait {
@@ -205,8 +213,10 @@ pub fn stage(
 ///
 /// A call that fails with its outcome unknown (a timeout, a cut connection: Redis may have run the script)
 /// is made again with the same tokens, after 200, 400, then 800 ms. The swap releases the hold, so a second
-/// run of it writes nothing: when a call made again finds the hold gone and none of the staged copies left,
-/// the earlier call swapped them in.
+/// run of it writes nothing. A call made again that finds the hold gone asks for the proof the swap
+/// writes ([`Keyspace::swapped`]): this swap's, and an earlier call swapped the copies in; any other or
+/// none, and the outcome stays unknown (the hold and the staged copies gone say nothing: a flush, an
+/// empty restart or a failover of the slot's primary takes them as the swap does).
 pub async fn swap(
     conn: &mut Connection,
     keys: &Keyspace,
@@ -217,28 +227,31 @@ pub async fn swap(
 ) -> Result<usize, StoreError> {
     let epoch = uuid::Uuid::new_v4().simple().to_string();
     let mut call = 1;
+    let mut unknown = None;
     loop {
         match swap_once(conn, keys, org, token, &epoch, staged, live).await {
             Err(StoreError::Redis(e)) if call < SWAP_CALLS && outcome_unknown(&e) => {
                 tracing::warn!(error = %e, call, "the swap's outcome is unknown; asking again");
+                unknown.get_or_insert(e);
                 tokio::time::sleep(Duration::from_millis(100 << call)).await;
                 call += 1;
             }
             Err(StoreError::HoldLost) if call > 1 => {
-                let copies: Vec<String> = staged
-                    .iter()
-                    .filter(|(_, size)| **size > 0)
-                    .map(|(key, _)| keys.staged(key, token).expect("an organization's key"))
-                    .collect();
-                if copies.is_empty() {
-                    return Err(StoreError::HoldLost);
-                }
-                let left: usize = redis::cmd("EXISTS").arg(&copies).query_async(conn).await?;
-                return if left == 0 { Ok(copies.len()) } else { Err(StoreError::HoldLost) };
+                let proof: Option<String> = redis::cmd("GET").arg(keys.swapped(org)).query_async(conn).await?;
+                return match proven(proof.as_deref(), &epoch) {
+                    Some(swapped) => Ok(swapped),
+                    None => Err(StoreError::Redis(unknown.expect("asked again after an unknown outcome"))),
+                };
             }
             done => return done,
         }
     }
+}
+
+/// How many copies the swap `epoch` put in place, if `proof` is its.
+fn proven(proof: Option<&str>, epoch: &str) -> Option<usize> {
+    let (swap, copies) = proof?.split_once(' ')?;
+    (swap == epoch).then(|| copies.parse().ok()).flatten()
 }
 
 /// How many times in all a swap is called while its outcome stays unknown: within [`HOLD_TTL`] at the
@@ -264,8 +277,8 @@ async fn swap_once(
     let script = Script::new(SWAP);
     let mut invocation = script.prepare_invoke();
     invocation.key(keys.hold(org)).key(keys.repair_lease(org)).key(keys.org_epoch(org));
-    invocation.key(keys.transcripts_rewritten(org));
-    invocation.arg(token).arg(epoch);
+    invocation.key(keys.transcripts_rewritten(org)).key(keys.swapped(org));
+    invocation.arg(token).arg(epoch).arg(PROOF_TTL_MS);
     for key in &live {
         invocation.key(key).key(keys.staged(key, token).expect("an organization's key"));
         invocation.arg(staged.get(*key).copied().unwrap_or(0));

@@ -74,7 +74,8 @@ fn a_position_tag_exists_for_every_range_and_bookkeeping_is_told_apart() {
     assert_eq!(ks.staged(&ks.api_key_sha("ab"), "r1"), None);
     assert_eq!(ks.staged(&ks.late(), "r1"), None);
     assert!(ks.is_bookkeeping(&ks.repair_lease("o")) && ks.staged_by(&ks.repair_lease("o")).is_none());
-    for id in ["x}:hold", "x}:repair:studies", "x}:repairing"] {
+    assert!(ks.is_bookkeeping(&ks.swapped("o")) && hash_tag(&ks.swapped("o")) == hash_tag(&ks.hold("o")));
+    for id in ["x}:hold", "x}:repair:studies", "x}:repairing", "x}:swapped"] {
         assert_eq!(ks.staged_by(&ks.aggregate(Topic::Study, "o", id)), None, "{id}");
         assert!(!ks.is_bookkeeping(&ks.aggregate(Topic::Study, "o", id)), "{id}");
     }

@@ -184,3 +184,36 @@ async fn a_repair_whose_swap_reply_was_lost_finds_its_swap_done_and_reports_the_
     assert!(!left.iter().any(|k| k.contains("}:repair:")), "nothing staged is left: {left:?}");
     assert!(!left.contains(&keys.hold(&org)), "the hold is released");
 }
+
+/// The swap's call cut before it reached Redis, and the organization's primary flushed before the call is
+/// made again (the hold, the staged copies and the live data gone, as a flush, an empty restart or a
+/// failover of the primary takes them): the hold and the copies gone prove no swap, and the repair says
+/// its outcome is unknown rather than report the organization repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_whose_swap_was_cut_and_whose_primary_was_then_flushed_is_never_reported_repaired() {
+    let redis = OwnRedis::start();
+    let scenario = Scenario::generate(0x5eed_0008, 1, 6, 3);
+    let org = scenario.organizations()[0].clone();
+    let topics = Topics::holding(&scenario.messages).await;
+    let mut config = runner::config(&topics, &unique("rm"), &unique("g"));
+    (config.redis.url, config.redis.cluster) = (redis.url().into(), false);
+    runner::build(config.clone(), scenario.messages.len() as u64, Duration::from_secs(60)).await;
+    let target = || projector::RepairTarget::Organization(org.clone());
+    projector::repair(&config, target(), 1, &|_, _| {}).await.expect("the first repair succeeds");
+
+    // Of the repair's commands, the swap alone names the organization's live `rewritten` key.
+    let port = redis.port().to_string();
+    let cutting = Cutting::start_then(&format!("127.0.0.1:{port}"), "}:rewritten", move || {
+        let out = std::process::Command::new("redis-cli").args(["-p", &port, "FLUSHALL"]).output().unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "OK");
+    })
+    .await;
+    config.redis.url = format!("redis://127.0.0.1:{}", cutting.port).into();
+    let report = projector::repair(&config, target(), 1, &|_, _| {}).await;
+    assert!(cutting.has_cut(), "the swap's call was cut");
+    assert!(
+        matches!(report, Err(projector::Error::SwapUnknown { .. })),
+        "the swap's outcome is unknown, not {report:?}"
+    );
+    assert_eq!(redis.cli(&["DBSIZE"]), "0", "nothing was swapped in after the flush");
+}

@@ -303,6 +303,27 @@ async fn a_lease_found_lapsed_is_lost_for_good_unless_it_may_be_taken_again() {
     }
 }
 
+/// A repair run tried again under a token of its own takes over what its failed run left, and nobody else
+/// can: the failed run's token no longer holds it, so a late call of that run (its swap) finds it lost.
+#[tokio::test]
+async fn a_run_tried_again_takes_over_the_lease_its_failed_run_left_and_that_run_holds_it_no_more() {
+    let mut conn = redis().await;
+    let key = format!("{}:lease", unique("lease"));
+    let ttl = Duration::from_secs(20);
+    let failed = Lease::take_over(&mut conn, &key, "run-1", None, ttl, OnLapse::Lost).await.unwrap().expect("free");
+    drop(failed);
+    assert!(Lease::try_take(&mut conn, &key, "run-2", ttl, OnLapse::Lost).await.unwrap().is_none(), "left held");
+    let stranger = Lease::take_over(&mut conn, &key, "other", Some("run-0"), ttl, OnLapse::Lost).await.unwrap();
+    assert!(stranger.is_none(), "only the run that left it takes it over");
+    let next = Lease::take_over(&mut conn, &key, "run-2", Some("run-1"), ttl, OnLapse::Lost).await.unwrap();
+    let next = next.expect("taken over");
+    assert_eq!(conn.get::<_, String>(&key).await.unwrap(), "run-2");
+    let late = Lease::try_take(&mut conn, &key, "run-1", ttl, OnLapse::Lost).await.unwrap();
+    assert!(late.is_none(), "the failed run's token holds it no more");
+    assert!(next.check(&mut conn).await.unwrap());
+    next.release(&mut conn).await.unwrap();
+}
+
 /// Two losses, the later one marked while a partition still heals from the earlier: the entry names both,
 /// so the API goes on answering 503 for the earlier loss's slots (a replaced entry narrowed it to the later
 /// loss's, and the organizations of the earlier one were served half healed: 401s and short lists).
