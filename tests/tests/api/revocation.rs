@@ -87,7 +87,7 @@ async fn a_key_deleted_under_load_is_refused_by_every_api_instance_within_a_seco
                     let sent = Instant::now();
                     let status = client.get(&url).bearer_auth(SECRET).send().await.map(|r| r.status().as_u16());
                     if let Err(e) = &status {
-                        eprintln!("DIAG {:?} {e:?}", sent.elapsed());
+                        eprintln!("a request sent {:?} ago failed: {e:?}", sent.elapsed());
                     }
                     seen.push((sent, status.unwrap_or(0)));
                 }
@@ -142,5 +142,7 @@ async fn a_key_deleted_under_load_is_refused_by_every_api_instance_within_a_seco
     assert!(late.iter().all(|(_, status)| *status == 401), "a request sent a second after the deletion was served");
     let other_statuses: Vec<_> = seen.iter().filter(|(_, status)| !matches!(status, 200 | 401)).collect();
     assert!(other_statuses.is_empty(), "no request fails otherwise: {other_statuses:?}");
-    assert!(seen.iter().any(|(sent, status)| *sent < applied && *status == 200));
+    let before: Vec<u16> = seen.iter().filter(|(sent, _)| *sent < applied).map(|(_, status)| *status).collect();
+    let served = before.iter().filter(|status| **status == 200).count();
+    assert!(served > 0, "until the deletion the key was served: {served} of {} requests", before.len());
 }
