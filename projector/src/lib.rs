@@ -86,6 +86,10 @@ pub enum Error {
     /// or repaired, never a mixture.
     #[error("the repair of {what} may or may not have been swapped in: Redis did not answer ({source}); the live data is either as it was or repaired, never a mixture; run the repair again")]
     SwapUnknown { what: String, source: redis::RedisError },
+    /// A rebuild whose generation the active pointer had moved past when it came to switch (another
+    /// rebuild switched while this one's lock had lapsed): the pointer is left where it is.
+    #[error("the active generation had moved past generation {generation} when its rebuild came to switch to it: it was not switched to, and nothing was deleted; `projector generations --delete {generation}` takes its memory back")]
+    SwitchedPast { generation: u64 },
     /// A rebuild's switch that Redis undid before the old generation was deleted (see `run::retire`).
     #[error("{0}")]
     SwitchUndone(run::Undone),

@@ -185,14 +185,6 @@ impl Heal {
     }
 }
 
-/// Sets a generation key (the active one, the counter) to ARGV[1] unless it holds as much already:
-/// generations only go forward, and one found behind (a restore of Redis) is put back.
-const RAISE: &str = r"
-local now = tonumber(redis.call('GET', KEYS[1]))
-if not now or now < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) return 1 end
-return 0
-";
-
 /// Marks the generation as incomplete at once (one entry for the whole of it, before the partitions'
 /// ends are asked of the broker), then puts the active generation forward again if the loss took it
 /// or set it back: in that order, so that the API never serves the generation before it knows it is
@@ -215,7 +207,7 @@ pub async fn mark_lost(
     if follows_active {
         let generation = keys.generation();
         for key in [Keyspace::active_generation(keys.prefix()), Keyspace::generation_counter(keys.prefix())] {
-            let _: i64 = redis::Script::new(RAISE).key(key).arg(generation).invoke_async(conn).await?;
+            store::raise(conn, &key, generation).await?;
         }
     }
     Ok(losses)

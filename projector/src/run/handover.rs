@@ -1,9 +1,9 @@
 //! A rebuild's handover, the one moment live projectors and a rebuild act together: the live projectors
 //! commit what they applied, record it as their generation's positions and pause; once every one of them
 //! is paused, the rebuild catches up with those positions or their committed offsets, whichever is
-//! further, and switches the active generation in one `SET`; each live projector then follows it and
-//! resumes where it was. If the rebuild dies during the handover (its lock expires), the live projectors
-//! resume on their old generation.
+//! further, and switches the active generation forward (never back: see [`crate::store::raise`]); each
+//! live projector then follows it and resumes where it was. If the rebuild dies during the handover (its
+//! lock expires), the live projectors resume on their old generation.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -21,6 +21,10 @@ use crate::heal::Watch;
 use crate::source::{group_committed, Partition};
 use crate::store::position;
 use crate::Error;
+
+/// Deletes the rebuild's state if it is still this rebuild's (ARGV[1] its generation).
+const END_IF_OURS: &str =
+    "if redis.call('HGET', KEYS[1], 'generation') == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0";
 
 /// Pauses the live projectors, catches up with what they applied and switches. False when it must
 /// be tried again later (a live projector did not pause in time, or shutting down).
@@ -87,7 +91,13 @@ pub async fn run(
     let opened = crate::store::position::Opened::of_layout(crate::store::check_layout(conn, &keys).await?);
     crate::store::position::open_healing(conn, &keys, opened).await?;
     lock.check(conn).await?;
-    let _: () = conn.set(Keyspace::active_generation(prefix), generation).await?;
+    // Forward only: the lock can lapse between its check and the switch, and a rebuild that took it
+    // meanwhile may have switched further. Moving the pointer back would serve an older read model.
+    if !crate::store::raise(conn, &Keyspace::active_generation(prefix), generation).await? {
+        // This rebuild is over: its state goes, unless another rebuild's has replaced it.
+        let _: i64 = redis::Script::new(END_IF_OURS).key(&rebuild_key).arg(generation).invoke_async(conn).await?;
+        return Err(Error::SwitchedPast { generation });
+    }
     Ok(true)
 }
 

@@ -300,6 +300,8 @@ async fn rebuild(
             match handover::run(config, options, conn, lock, &mut projector, &mut watch, stopped, notify).await {
                 Ok(true) => break,
                 Ok(false) => {}
+                // Over: its state is gone, and nothing is to resume.
+                Err(e @ Error::SwitchedPast { .. }) => return Err(e),
                 Err(e) => {
                     // The live projectors resume while this rebuild waits (best effort: the phase is
                     // written again at the next handover).

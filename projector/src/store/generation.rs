@@ -84,6 +84,22 @@ pub fn is_refused(e: &redis::RedisError) -> bool {
     e.code() == Some("NOPERM") || e.to_string().contains("NOPERM")
 }
 
+/// Sets a generation key (the active one, the counter) to ARGV[1] unless it holds as much already:
+/// generations only go forward, and one found behind (a restore of Redis) is put back.
+const RAISE: &str = r"
+local now = tonumber(redis.call('GET', KEYS[1]))
+if not now or now < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) return 1 end
+return 0
+";
+
+/// Puts the generation key `key` (the active pointer, the counter) forward to `generation`, never back:
+/// false when it held as much already. Every write of the active pointer but the first start's is this
+/// one, so that a late writer (a rebuild whose lock lapsed) cannot move it back.
+pub async fn raise(conn: &mut Connection, key: &str, generation: u64) -> redis::RedisResult<bool> {
+    let raised: i64 = redis::Script::new(RAISE).key(key).arg(generation).invoke_async(conn).await?;
+    Ok(raised == 1)
+}
+
 /// The generation the projector writes to: the active one, which is set to 1 if there is none yet.
 pub async fn active_generation<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> redis::RedisResult<u64> {
     let key = Keyspace::active_generation(prefix);

@@ -34,7 +34,7 @@ pub use digest::Digest;
 pub use error::StoreError;
 pub use generation::{
     active_generation, check_layout, check_no_eviction, connect, delete_generation, delete_generation_while,
-    generation_keys, highest_holding_keys, holding_keys, is_refused, layout, restore_layout,
+    generation_keys, highest_holding_keys, holding_keys, is_refused, layout, raise, restore_layout,
 };
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};

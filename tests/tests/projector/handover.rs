@@ -121,3 +121,42 @@ async fn recorded_positions(conn: &mut Connection, keys: &Keyspace) -> u64 {
     }
     lowest.values().sum()
 }
+
+/// A rebuild's lock can lapse between its last check and its switch, and a rebuild that took the lock
+/// meanwhile may have switched further (made here by putting the pointer past the rebuild's generation as
+/// it starts building). The late switch leaves the pointer where it is, ends with a message saying so,
+/// and deletes nothing: moving the pointer back would serve an older read model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_whose_generation_was_switched_past_never_moves_the_active_generation_back() {
+    let messages = end_to_end::fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let config = runner::config(&topics, &prefix, &group);
+    runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
+    let pointer = Keyspace::active_generation(&prefix);
+    let options = projector::RebuildOptions {
+        grace: Duration::from_secs(1),
+        handover_lag: 0,
+        handover_timeout: Duration::from_secs(30),
+        lock_wait: Duration::ZERO,
+    };
+    let (_keep_running, running) = tokio::sync::watch::channel(false);
+    let notify = |notice: projector::RebuildNotice| {
+        if let projector::RebuildNotice::Building { generation, .. } = notice {
+            let past = generation + 1;
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async {
+                    let _: () = end_to_end::redis().await.set(&pointer, past).await.unwrap();
+                })
+            });
+        }
+    };
+    let result = projector::rebuild(config, options, running, &notify).await;
+
+    let mut conn = end_to_end::redis().await;
+    assert_eq!(conn.get::<_, u64>(&pointer).await.unwrap(), 3, "the pointer stays where the other switch put it");
+    assert!(matches!(result, Err(projector::Error::SwitchedPast { generation: 2 })), "{result:?}");
+    let first = Keyspace::new(prefix.clone(), 1);
+    assert!(!runner::generation_keys(&mut conn, &first).await.is_empty(), "nothing was deleted");
+    assert!(!conn.exists::<_, bool>(Keyspace::rebuild(&prefix)).await.unwrap(), "the rebuild's state is gone");
+}
