@@ -8,7 +8,7 @@
 //! | `P:generation-counter` | string | the last generation number handed out |
 //! | `P:rebuild` | hash | the running rebuild: `generation`, `group`, `phase` |
 //! | `P:rebuild-lock` | string | held (with a TTL) by the one running rebuild |
-//! | `P:projectors` | hash | instance id → JSON state of each live projector (generation, paused, heartbeat) |
+//! | `P:projectors` | hash | instance id → JSON state of each live projector (generation, paused, heartbeat); `~since` ([`PROJECTORS_SINCE`]): since when it holds every report |
 //! | `P:gN:meta` | hash | when and by which consumer group generation N was built, and its `layout` version |
 //! | `P:gN:{position-T}:position` | hash | per partition, one past the last offset this primary applied (one key per primary, `T` a tag in its slots), and `opened`: made before anything is written there, so that a primary without it lost its data; `layout`, the generation's (`crate::layout`), as a meta lost with its primary's data had it |
 //! | `P:gN:healing` | hash | per partition being projected again after a loss: the offset to reach and the loss's id; from layout 4, `opened` ([`HEALING_OPENED`]) from the generation's start on, never removed |
@@ -52,6 +52,13 @@ use crate::Topic;
 /// "nothing heals"; with it, its absence reads as "the healing state was lost": nothing is served until a
 /// projector has marked the loss again, and the projector marks every partition as healing.
 pub const HEALING_OPENED: &str = "opened";
+
+/// The field of the projectors' reports ([`Keyspace::projectors`]) that says since when (Unix time, in
+/// seconds) the hash has held every live projector's report: written by the first report into the hash
+/// (`HSETNX`), never removed but with the hash. Without it the reports were lost (a flush, an empty
+/// restart or a failover of the hash's primary), and an empty or short hash says nothing about who runs
+/// until a live projector's report would have come back ([`crate::projectors::LIVENESS_TIMEOUT_SECS`]).
+pub const PROJECTORS_SINCE: &str = "~since";
 
 /// The keys of one generation of the read model under one prefix.
 #[derive(Debug, Clone, PartialEq, Eq)]

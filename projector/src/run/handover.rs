@@ -45,9 +45,12 @@ pub async fn run(
     set_phase(conn, &rebuild_key, projector, control::HANDOVER).await?;
     let deadline = tokio::time::Instant::now() + options.handover_timeout;
     let paused: BTreeSet<u64> = loop {
-        let instances = members::live_instances(conn, prefix).await?;
+        // No report is no evidence of no projector: the reports may have been lost with their primary,
+        // and every live projector reports again within the liveness timeout. Until the reports have been
+        // known whole that long, the handover waits.
+        let (instances, known_for) = members::live_instances_known_for(conn, prefix).await?;
         let running = instances.values().filter(|i| i.generation != generation && !i.paused).count();
-        if running == 0 {
+        if running == 0 && members::tells_everyone(known_for) {
             break instances.values().map(|i| i.generation).filter(|g| *g != generation).collect();
         }
         if tokio::time::Instant::now() > deadline || *stopped.borrow() {

@@ -21,6 +21,8 @@ use std::collections::{BTreeSet, HashMap};
 use redis::aio::ConnectionLike;
 use redis::RedisResult;
 use sha2::{Digest, Sha256};
+use shared::keys::PROJECTORS_SINCE;
+use shared::projectors::LIVENESS_TIMEOUT_SECS;
 use shared::Keyspace;
 
 use crate::observe::now;
@@ -39,6 +41,11 @@ pub async fn report<C: ConnectionLike + Send>(
 ) -> RedisResult<HashMap<String, Instance>> {
     let json = serde_json::to_string(instance).expect("instance state serializes");
     let (all,): (HashMap<String, String>,) = redis::pipe()
+        .cmd("HSETNX")
+        .arg(Keyspace::projectors(prefix))
+        .arg(PROJECTORS_SINCE)
+        .arg(now())
+        .ignore()
         .cmd("HSET")
         .arg(Keyspace::projectors(prefix))
         .arg(id)
@@ -65,6 +72,34 @@ pub async fn live_instances<C: ConnectionLike + Send>(
     live(conn, prefix, all).await
 }
 
+/// The live projectors, and how long the reports have been known whole (`None`: they were lost, and
+/// the hash is made again now, or no projector ever reported): a missing report is evidence of a
+/// projector gone only once that is [`LIVENESS_TIMEOUT_SECS`] or more, since every live projector
+/// reports within that.
+pub async fn live_instances_known_for<C: ConnectionLike + Send>(
+    conn: &mut C,
+    prefix: &str,
+) -> RedisResult<(HashMap<String, Instance>, Option<f64>)> {
+    let mut all: HashMap<String, String> =
+        redis::cmd("HGETALL").arg(Keyspace::projectors(prefix)).query_async(conn).await?;
+    let since = all.remove(PROJECTORS_SINCE).and_then(|since| since.parse::<f64>().ok());
+    if since.is_none() {
+        let _: () = redis::cmd("HSETNX")
+            .arg(Keyspace::projectors(prefix))
+            .arg(PROJECTORS_SINCE)
+            .arg(now())
+            .query_async(conn)
+            .await?;
+    }
+    Ok((live(conn, prefix, all).await?, since.map(|since| now() - since)))
+}
+
+/// Whether reports known whole for `known_for` (see [`live_instances_known_for`]) tell every live
+/// projector: a missing report then means a projector gone.
+pub fn tells_everyone(known_for: Option<f64>) -> bool {
+    known_for.is_some_and(|seconds| seconds >= LIVENESS_TIMEOUT_SECS)
+}
+
 /// The reports heard from recently; older or unreadable ones are removed.
 async fn live<C: ConnectionLike + Send>(
     conn: &mut C,
@@ -74,6 +109,9 @@ async fn live<C: ConnectionLike + Send>(
     let now = now();
     let mut live = HashMap::new();
     for (id, json) in all {
+        if id == PROJECTORS_SINCE {
+            continue;
+        }
         match serde_json::from_str::<Instance>(&json) {
             Ok(instance) if instance.is_live(now) => {
                 live.insert(id, instance);

@@ -160,3 +160,65 @@ async fn a_rebuild_whose_generation_was_switched_past_never_moves_the_active_gen
     assert!(!runner::generation_keys(&mut conn, &first).await.is_empty(), "nothing was deleted");
     assert!(!conn.exists::<_, bool>(Keyspace::rebuild(&prefix)).await.unwrap(), "the rebuild's state is gone");
 }
+
+/// The live projectors' reports lost (their primary flushed) while a live projector is stalled (frozen
+/// here) as a rebuild hands over: a missing report is no evidence that nobody runs. The rebuild does not
+/// switch while the stalled projector, unpaused, still has the time every live projector has to report
+/// again; once it goes on, it sees the handover, pauses, and the switch follows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handover_that_finds_the_reports_lost_does_not_take_their_absence_for_nobody() {
+    let messages = end_to_end::fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let config = runner::config(&topics, &prefix, &group);
+    runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
+    let mut command = std::process::Command::new(runner::binary());
+    command.args(runner::args(&topics, &prefix, &group)).env("RUST_LOG", "warn");
+    let live = runner::KillOnDrop(command.stdout(std::process::Stdio::null()).spawn().expect("projector starts"));
+    let (projectors, pointer) = (Keyspace::projectors(&prefix), Keyspace::active_generation(&prefix));
+    let mut conn = end_to_end::redis().await;
+    eventually(Duration::from_secs(30), "the live projector to report itself", || async {
+        let reports: HashMap<String, String> = conn.clone().hgetall(&projectors).await.ok()?;
+        reports.values().any(|json| serde_json::from_str::<projector::Instance>(json).is_ok()).then_some(())
+    })
+    .await;
+
+    let options = projector::RebuildOptions {
+        grace: Duration::from_secs(1),
+        handover_lag: 0,
+        handover_timeout: Duration::from_secs(60),
+        lock_wait: Duration::ZERO,
+    };
+    let (_keep_running, running) = tokio::sync::watch::channel(false);
+    let notify = |notice: projector::RebuildNotice| {
+        if let projector::RebuildNotice::Building { .. } = notice {
+            live.freeze();
+            tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(async {
+                    let _: () = end_to_end::redis().await.del(&projectors).await.unwrap();
+                })
+            });
+        }
+    };
+    let observed = async {
+        eventually(Duration::from_secs(60), "the rebuild to hand over", || async {
+            let phase: Option<String> = conn.clone().hget(Keyspace::rebuild(&prefix), "phase").await.ok()?;
+            (phase.as_deref() == Some("handover")).then_some(())
+        })
+        .await;
+        // Two seconds of the stalled projector's five: the rebuild must not switch meanwhile.
+        let watched = Instant::now();
+        let mut switched = None;
+        while watched.elapsed() < Duration::from_secs(2) && switched.is_none() {
+            let active: u64 = conn.clone().get(&pointer).await.unwrap();
+            switched = (active != 1).then(|| watched.elapsed());
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        live.thaw();
+        switched
+    };
+    let (result, switched) = tokio::join!(projector::rebuild(config, options, running, &notify), observed);
+    assert_eq!(switched, None, "switched while a live projector had not paused and could still report");
+    assert_eq!(result.expect("the rebuild switches once the projector paused"), Some(2));
+    assert_eq!(conn.get::<_, u64>(&pointer).await.unwrap(), 2);
+}
