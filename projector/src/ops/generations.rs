@@ -8,6 +8,7 @@
 //! found.
 
 use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use shared::connection::Connection;
@@ -15,7 +16,8 @@ use shared::Keyspace;
 
 use super::Output;
 use crate::config::Config;
-use crate::run::{live_instances, rebuild_state};
+use crate::run::rebuild::LOCK_TTL;
+use crate::run::{live_instances, live_instances_known_for, rebuild_state, tells_everyone};
 use crate::store;
 use crate::Error;
 
@@ -142,9 +144,43 @@ async fn delete_left_behind(conn: &mut Connection, prefix: &str, generation: u64
             )))
         }
     }
+    nobody_writes(conn, prefix, generation, pointers.active).await?;
     let keys = Keyspace::new(prefix.to_string(), generation);
     match store::delete_generation_while(conn, &keys, |active| active != Some(generation)).await? {
         Ok(count) => Ok(count),
         Err(_) => Err(Error::Refused(format!("generation {generation} became active: its deletion stopped"))),
+    }
+}
+
+/// Makes sure no live projector and no rebuild writes `generation`, whose role read as left behind: a
+/// missing key is no evidence, since Redis may have lost it with its primary. The projectors' reports
+/// must have been known whole for the liveness timeout (every live projector reports within it), and a
+/// generation above the active one (a rebuild's) must have had no rebuild lock for the lock's TTL (a
+/// running rebuild takes a lost lock again within a quarter of it). Waits for that, up to 10 s.
+async fn nobody_writes(conn: &mut Connection, prefix: &str, generation: u64, active: Option<u64>) -> Result<(), Error> {
+    let above = active.is_none_or(|active| generation > active);
+    let started = Instant::now();
+    let mut said = false;
+    loop {
+        let (instances, known_for) = live_instances_known_for(conn, prefix).await?;
+        if instances.values().any(|i| i.generation == generation) {
+            return Err(Error::Refused(format!(
+                "generation {generation} is written by a live projector: only a generation left behind is deleted"
+            )));
+        }
+        if above && rebuild_state(conn, prefix).await?.locked {
+            return Err(Error::Refused(format!(
+                "generation {generation} may be the one a running rebuild writes (a rebuild holds its lock, its \
+                 state unreadable): only a generation left behind is deleted; try again when no rebuild runs"
+            )));
+        }
+        if tells_everyone(known_for) && (!above || started.elapsed() >= LOCK_TTL) {
+            return Ok(());
+        }
+        if !said {
+            eprintln!("making sure nothing writes generation {generation} (up to {} s)", LOCK_TTL.as_secs());
+            said = true;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
 }

@@ -31,7 +31,7 @@ use shared::{Keyspace, Topic};
 use tokio::sync::watch;
 
 pub use control::rebuild_state;
-pub use members::{live_instances, Instance};
+pub use members::{live_instances, live_instances_known_for, tells_everyone, Instance};
 pub use retire::Undone;
 
 use crate::backoff::Backoff;

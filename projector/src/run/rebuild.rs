@@ -122,7 +122,9 @@ impl std::fmt::Display for Notice {
 /// Where a rebuild's notices go.
 pub type Notify<'a> = &'a (dyn Fn(Notice) + Send + Sync);
 
-const LOCK_TTL: Duration = Duration::from_secs(10);
+/// How long the rebuild lock lasts unless renewed; a running rebuild that finds it gone takes it again
+/// within a quarter of this.
+pub const LOCK_TTL: Duration = Duration::from_secs(10);
 /// How often a rebuild that is still reading full batches measures how far it is from the end.
 const MEASURE_LAG_EVERY: Duration = Duration::from_secs(1);
 const NEXT: &str = "local n = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ARGV[1])) + 1 redis.call('SET', KEYS[1], n) return n";

@@ -82,3 +82,37 @@ async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_an_active
     let (_, status) = runner::status_of(&topics, &prefix, &group, &[], DEADLINE).await;
     assert!(status.contains("generations left behind: none"), "{status}");
 }
+
+/// A rebuild builds generation 2 and its state (`P:rebuild`) is lost, as a flush of its primary loses it:
+/// the generation then reads as left behind, but the rebuild's lock says one runs, and the deletion is
+/// refused. Without a running rebuild, it goes once no rebuild could have taken the lock again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_generation_whose_rebuild_lost_its_state_is_not_deleted_while_the_rebuild_runs() {
+    let messages = fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let (prefix, group) = (unique("left"), unique("g"));
+    let config = runner::config(&topics, &prefix, &group);
+    runner::build(config.clone(), messages.len() as u64, DEADLINE).await;
+    // A rebuild that never hands over: it builds generation 2, then waits.
+    let rebuild = tokio::spawn(runner::rebuild_handing_over_at(config, -1));
+    let (second, mut conn) = (Keyspace::new(prefix.clone(), 2), redis().await);
+    eventually(DEADLINE, "the rebuild to write generation 2", || async {
+        (!runner::generation_keys(&mut conn.clone(), &second).await.is_empty()).then_some(())
+    })
+    .await;
+    let _: () = conn.del(Keyspace::rebuild(&prefix)).await.unwrap();
+
+    let refusal =
+        runner::output_within(runner::command(&topics, &prefix, &group, &["generations", "--delete", "2"]), DEADLINE);
+    let said = String::from_utf8_lossy(&refusal.stderr);
+    assert!(!refusal.status.success() && said.contains("may be the one a running rebuild writes"), "{said}");
+    assert!(!runner::generation_keys(&mut conn, &second).await.is_empty(), "generation 2 keeps its keys");
+
+    rebuild.abort();
+    eventually(DEADLINE, "the dead rebuild's lock to expire", || async {
+        (!conn.clone().exists::<_, bool>(Keyspace::rebuild_lock(&prefix)).await.ok()?).then_some(())
+    })
+    .await;
+    let deleted = runner::succeed(&topics, &prefix, &group, &["generations", "--delete", "2"], DEADLINE).await;
+    assert!(deleted.starts_with("deleted generation 2 ("), "{deleted}");
+}
