@@ -16,7 +16,7 @@ use crate::stream::Message;
 pub async fn store(target: &Target, prefix: &str) -> Result<Store> {
     let settings = Settings { timeout: std::time::Duration::from_secs(30), cluster_retries: 12 };
     let mut conn = Connection::connect(target, settings).await?;
-    let generation = projector::active_generation(&mut conn, prefix).await?;
+    let generation = projector::first_generation(&mut conn, prefix).await?;
     let keys = Keyspace::new(prefix, generation);
     // In the layout a new read model gets, as the projector marks one.
     let _: bool = redis::cmd("HSETNX")

@@ -59,9 +59,10 @@ pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as Rebui
 pub use run::{live_instances, Instance, Projector, Undone};
 /// The operator's Kafka properties, which the benchmarks' ceilings read with too.
 pub use source::{KafkaOptions, Partition, Properties};
+pub use store::pointer::first as first_generation;
 /// The healing entries of a generation, as projectors mark and read them.
 pub use store::position::{healing as healing_entries, mark_healing, Healing, Opened};
-pub use store::{active_generation, delete_generation, delete_generation_while, generation_keys, Digest, Store};
+pub use store::{delete_generation, delete_generation_while, generation_keys, Digest, Store};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -86,6 +87,10 @@ pub enum Error {
     /// or repaired, never a mixture.
     #[error("the repair of {what} may or may not have been swapped in: Redis did not answer ({source}); the live data is either as it was or repaired, never a mixture; run the repair again")]
     SwapUnknown { what: String, source: redis::RedisError },
+    /// A command that works on the active generation found its pointer missing: no read model yet, or Redis
+    /// lost it with its primary (a projector's start puts it back). Never taken for generation 1.
+    #[error("the active generation's pointer ({key}) is missing: there is no read model yet, or Redis lost it (a projector's start puts it back); nothing was done")]
+    NoActiveGeneration { key: String },
     /// A rebuild whose generation the active pointer had moved past when it came to switch (another
     /// rebuild switched while this one's lock had lapsed): the pointer is left where it is.
     #[error("the active generation had moved past generation {generation} when its rebuild came to switch to it: it was not switched to, and nothing was deleted; `projector generations --delete {generation}` takes its memory back")]

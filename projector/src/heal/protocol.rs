@@ -205,10 +205,7 @@ pub async fn mark_lost(
         _ => losses.clone(),
     };
     if follows_active {
-        let generation = keys.generation();
-        for key in [Keyspace::active_generation(keys.prefix()), Keyspace::generation_counter(keys.prefix())] {
-            store::raise(conn, &key, generation).await?;
-        }
+        store::pointer::raise_both(conn, keys.prefix(), keys.generation()).await?;
     }
     Ok(losses)
 }

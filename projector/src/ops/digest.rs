@@ -11,7 +11,7 @@ pub async fn run(config: &Config, generation: Option<u64>) -> Result<(), Error> 
     let mut conn = super::status::connect(config).await?;
     let generation = match generation {
         Some(g) => g,
-        None => store::active_generation(&mut conn, &config.redis.key_prefix).await?,
+        None => store::pointer::required(&mut conn, &config.redis.key_prefix).await?,
     };
     let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
     // A layout this build does not read would be digested as if it were one it does: refused instead.

@@ -82,7 +82,7 @@ pub async fn replay(config: &Config, corrected: &[String], dry_run: bool, output
     }
     // Nothing is published back for a read model this build would misread when it repairs what moved on.
     let mut conn = super::status::connect(config).await?;
-    let generation = store::active_generation(&mut conn, &config.redis.key_prefix).await?;
+    let generation = store::pointer::required(&mut conn, &config.redis.key_prefix).await?;
     store::check_layout(&mut conn, &Keyspace::new(config.redis.key_prefix.clone(), generation)).await?;
     let refused = |e| match e {
         ReplayError::Broker(e) => Error::Kafka(e),

@@ -91,7 +91,7 @@ pub struct Pointers {
 
 impl Pointers {
     pub async fn read(conn: &mut Connection, prefix: &str) -> Result<Self, Error> {
-        let active = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await?;
+        let active = store::pointer::active(conn, prefix).await?;
         let building = rebuild_state(conn, prefix).await?.generation;
         let written = live_instances(conn, prefix).await?.values().map(|i| i.generation).collect();
         Self::with(conn, prefix, active, building, written).await
@@ -105,7 +105,7 @@ impl Pointers {
         building: Option<u64>,
         written: BTreeSet<u64>,
     ) -> Result<Self, Error> {
-        let counter = redis::cmd("GET").arg(Keyspace::generation_counter(prefix)).query_async(conn).await?;
+        let counter = store::pointer::counter(conn, prefix).await?;
         Ok(Self { active, counter, building, written })
     }
 

@@ -163,7 +163,7 @@ fn condition(status: &Status, stall_after: f64, now: f64) -> Condition {
 async fn gather(config: &Config) -> Result<Status, Error> {
     let mut conn = connect(config).await?;
     let prefix = &config.redis.key_prefix;
-    let active_generation = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(&mut conn).await?;
+    let active_generation = crate::store::pointer::active(&mut conn, prefix).await?;
     let state = rebuild_state(&mut conn, prefix).await?;
     let rebuild = state.generation.map(|generation| Rebuild { generation, phase: state.phase, running: state.locked });
     let live_projectors: BTreeMap<String, Instance> = live_instances(&mut conn, prefix).await?.into_iter().collect();

@@ -49,7 +49,7 @@ pub async fn rebuild_state<C: ConnectionLike + Send>(conn: &mut C, prefix: &str)
 }
 
 pub async fn signals<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<Signals> {
-    let active: Option<u64> = redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await?;
+    let active = crate::store::pointer::active(conn, prefix).await?;
     let rebuild = rebuild_state(conn, prefix).await?;
     let handover = match (rebuild.phase.as_deref(), rebuild.locked) {
         (Some(HANDOVER), true) => rebuild.generation,

@@ -1,7 +1,7 @@
 //! A rebuild's handover, the one moment live projectors and a rebuild act together: the live projectors
 //! commit what they applied, record it as their generation's positions and pause; once every one of them
 //! is paused, the rebuild catches up with those positions or their committed offsets, whichever is
-//! further, and switches the active generation forward (never back: see [`crate::store::raise`]); each
+//! further, and switches the active generation forward (never back: see [`crate::store::pointer`]); each
 //! live projector then follows it and resumes where it was. If the rebuild dies during the handover (its
 //! lock expires), the live projectors resume on their old generation.
 
@@ -96,7 +96,7 @@ pub async fn run(
     lock.check(conn).await?;
     // Forward only: the lock can lapse between its check and the switch, and a rebuild that took it
     // meanwhile may have switched further. Moving the pointer back would serve an older read model.
-    if !crate::store::raise(conn, &Keyspace::active_generation(prefix), generation).await? {
+    if !crate::store::pointer::raise(conn, prefix, generation).await? {
         // This rebuild is over: its state goes, unless another rebuild's has replaced it.
         let _: i64 = redis::Script::new(END_IF_OURS).key(&rebuild_key).arg(generation).invoke_async(conn).await?;
         return Err(Error::SwitchedPast { generation });

@@ -97,8 +97,7 @@ impl Projector {
         // taken after the check would take a flush in between for the state of things.
         let mut watch = Watch::new(conn.clone(), metrics.clone());
         watch.look().await?;
-        let mut active: Option<u64> =
-            redis::cmd("GET").arg(Keyspace::active_generation(&config.redis.key_prefix)).query_async(&mut conn).await?;
+        let mut active = store::pointer::active(&mut conn, &config.redis.key_prefix).await?;
         // No pointer is no evidence of no read model: Redis may have lost the pointer with its primary
         // while it holds generations. The highest is put back (once marked, below), never a new one begun
         // beside it.
@@ -154,7 +153,7 @@ impl Projector {
             let losses =
                 heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, opened, &losses).await?;
             heal::mark_everything(&mut projector.source, &mut conn, &keys, opened, &losses).await?;
-            let generation = store::active_generation(&mut conn, &projector.config.redis.key_prefix).await?;
+            let generation = store::pointer::first(&mut conn, &projector.config.redis.key_prefix).await?;
             projector.store.set_generation(generation);
         } else if projector.config.generation.is_none() {
             // Redis may have lost data while no projector looked: marked before anything more is served.

@@ -127,7 +127,6 @@ pub type Notify<'a> = &'a (dyn Fn(Notice) + Send + Sync);
 pub const LOCK_TTL: Duration = Duration::from_secs(10);
 /// How often a rebuild that is still reading full batches measures how far it is from the end.
 const MEASURE_LAG_EVERY: Duration = Duration::from_secs(1);
-const NEXT: &str = "local n = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ARGV[1])) + 1 redis.call('SET', KEYS[1], n) return n";
 
 /// Rebuilds, switches, and deletes the old generation after the grace period. Returns the new generation,
 /// or `None` when shut down first (the next rebuild resumes).
@@ -210,8 +209,7 @@ async fn target(config: &Config, conn: &mut Connection, old: u64, notify: Notify
     // Above the counter, the active generation and the abandoned rebuild's, so that a counter Redis lost
     // or rolled back never hands out a generation number again.
     let above = old.max(state.generation.unwrap_or(0));
-    let generation: u64 =
-        redis::Script::new(NEXT).key(Keyspace::generation_counter(prefix)).arg(above).invoke_async(conn).await?;
+    let generation = store::pointer::next(conn, prefix, above).await?;
     let group = format!("{}-rebuild-g{generation}", config.group_id);
     let started = now().to_string();
     let meta = Keyspace::new(prefix.clone(), generation).meta();
@@ -234,7 +232,7 @@ async fn rebuild(
     notify: Notify<'_>,
 ) -> Result<Option<(u64, u64)>, Error> {
     let prefix = &config.redis.key_prefix;
-    let old = store::active_generation(conn, prefix).await?;
+    let old = store::pointer::required(conn, prefix).await?;
     let (generation, group) = target(config, conn, old, notify).await?;
     let rebuild_key = Keyspace::rebuild(prefix);
     let fields =

@@ -1,9 +1,8 @@
-//! Generations of the read model as a whole: connecting to the Redis that holds them, which one is
-//! active, every key of one, and deleting one.
+//! Generations of the read model as a whole: connecting to the Redis that holds them, their layout,
+//! which ones hold keys, every key of one, and deleting one (which one is active is [`super::pointer`]'s).
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use redis::aio::ConnectionLike;
 use shared::connection::{Connection, Node};
 use shared::redis_tls::refusal;
 use shared::Keyspace;
@@ -84,30 +83,6 @@ pub fn is_refused(e: &redis::RedisError) -> bool {
     e.code() == Some("NOPERM") || e.to_string().contains("NOPERM")
 }
 
-/// Sets a generation key (the active one, the counter) to ARGV[1] unless it holds as much already:
-/// generations only go forward, and one found behind (a restore of Redis) is put back.
-const RAISE: &str = r"
-local now = tonumber(redis.call('GET', KEYS[1]))
-if not now or now < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) return 1 end
-return 0
-";
-
-/// Puts the generation key `key` (the active pointer, the counter) forward to `generation`, never back:
-/// false when it held as much already. Every write of the active pointer but the first start's is this
-/// one, so that a late writer (a rebuild whose lock lapsed) cannot move it back.
-pub async fn raise(conn: &mut Connection, key: &str, generation: u64) -> redis::RedisResult<bool> {
-    let raised: i64 = redis::Script::new(RAISE).key(key).arg(generation).invoke_async(conn).await?;
-    Ok(raised == 1)
-}
-
-/// The generation the projector writes to: the active one, which is set to 1 if there is none yet.
-pub async fn active_generation<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> redis::RedisResult<u64> {
-    let key = Keyspace::active_generation(prefix);
-    let (generation,): (u64,) =
-        redis::pipe().cmd("SET").arg(&key).arg(1).arg("NX").ignore().cmd("GET").arg(&key).query_async(conn).await?;
-    Ok(generation)
-}
-
 /// The layout of a generation (`shared::layout`): its meta's field or, when Redis lost that (the meta is on
 /// one primary of a cluster), the one every primary records beside its positions
 /// ([`super::position::layout`]); none for a generation written before either existed, which is layout 1.
@@ -165,7 +140,7 @@ pub async fn holding_keys(conn: &mut Connection, prefix: &str, last: u64) -> red
 /// both pointers are gone: at a read model's very first start, and after such a loss). `None`: Redis holds
 /// no generation.
 pub async fn highest_holding_keys(conn: &mut Connection, prefix: &str) -> redis::RedisResult<Option<u64>> {
-    let counter: Option<u64> = redis::cmd("GET").arg(Keyspace::generation_counter(prefix)).query_async(conn).await?;
+    let counter = super::pointer::counter(conn, prefix).await?;
     if let Some(last) = counter {
         return Ok(holding_keys(conn, prefix, last).await?.into_iter().max());
     }
@@ -209,9 +184,8 @@ pub async fn delete_generation_while(
     deletes: impl Fn(Option<u64>) -> bool,
 ) -> redis::RedisResult<Result<usize, Option<u64>>> {
     let names = in_deletion_order(generation_keys(conn, retired).await?, retired);
-    let pointer = Keyspace::active_generation(retired.prefix());
     for chunk in names.chunks(500) {
-        let active: Option<u64> = redis::AsyncCommands::get(conn, &pointer).await?;
+        let active = super::pointer::active(conn, retired.prefix()).await?;
         if !deletes(active) {
             return Ok(Err(active));
         }

@@ -8,7 +8,9 @@
 //! (another instance applied events meanwhile, e.g. during a rebalance) re-reads and re-folds that
 //! aggregate. A fold with a gap is written only once the [`Guard`] ([`guard`]) says Redis lost nothing.
 //!
-//! Also the positions and healing entries the read model holds itself ([`position`]), the aggregates late
+//! Also the active generation's pointer and the generation counter, every read and write of them
+//! ([`pointer`]: forward only, never begun from their absence), the positions and healing entries the
+//! read model holds itself ([`position`]), the aggregates late
 //! for a gap (`late`), the repaired write of one aggregate (`repaired`, for [`crate::repair`](mod@crate::repair)),
 //! and which of Redis's errors are worth trying again ([`StoreError`], in `error`).
 
@@ -18,6 +20,7 @@ mod generation;
 mod guard;
 mod late;
 pub mod owners;
+pub mod pointer;
 pub mod position;
 mod repaired;
 mod states;
@@ -33,8 +36,8 @@ use shared::{Event, Keyspace, Topic};
 pub use digest::Digest;
 pub use error::StoreError;
 pub use generation::{
-    active_generation, check_layout, check_no_eviction, connect, delete_generation, delete_generation_while,
-    generation_keys, highest_holding_keys, holding_keys, is_refused, layout, raise, restore_layout,
+    check_layout, check_no_eviction, connect, delete_generation, delete_generation_while, generation_keys,
+    highest_holding_keys, holding_keys, is_refused, layout, restore_layout,
 };
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};

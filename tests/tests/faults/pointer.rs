@@ -64,3 +64,27 @@ async fn a_projector_started_without_the_active_pointer_puts_back_the_generation
         assert_eq!(counter, Some(2), "the counter put back too");
     }
 }
+
+/// A command that works on the active generation, started while the pointer is missing, refuses and
+/// writes nothing: taking the absence for generation 1 would point the API at a generation that holds
+/// nothing (here generation 2 is the real one), and it would serve it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repair_or_a_digest_started_without_the_active_pointer_refuses_and_writes_no_pointer() {
+    let messages = fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let (prefix, group) = (unique("pointer"), unique("g"));
+    let config = runner::config(&topics, &prefix, &group);
+    runner::build(config.clone(), messages.len() as u64, DEADLINE).await;
+    assert_eq!(runner::rebuild(config.clone()).await.expect("rebuild"), Some(2));
+    let mut conn = redis().await;
+    let _: () = conn.del(Keyspace::active_generation(&prefix)).await.unwrap();
+
+    let target = projector::RepairTarget::Organization(fixture::ACME.to_string());
+    let repaired = projector::repair(&config, target, 1, &|_, _| {}).await;
+    assert!(matches!(repaired, Err(projector::Error::NoActiveGeneration { .. })), "{repaired:?}");
+    let digest = runner::output_within(runner::command(&topics, &prefix, &group, &["digest"]), DEADLINE);
+    let said = String::from_utf8_lossy(&digest.stderr);
+    assert!(!digest.status.success() && said.contains("pointer"), "{said}");
+    let pointer: Option<u64> = conn.get(Keyspace::active_generation(&prefix)).await.unwrap();
+    assert_eq!(pointer, None, "no pointer was written");
+}
