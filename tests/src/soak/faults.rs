@@ -26,24 +26,15 @@ pub enum Kind {
     RedisBackFromAnOlderSnapshot,
     PrimaryFlushed,
     PrimaryFailedOver,
+    /// A primary flushed and its heal held unfinished (every projector frozen) while the primary holding
+    /// the generation's healing state is flushed too; then the projectors go on.
+    HealHeldWhileItsStateIsFlushed,
 }
 
 impl Kind {
     const ANYWHERE: [Kind; 4] = [Kind::ProjectorKilled, Kind::BrokerKilled, Kind::Rebuild, Kind::OverlappingRepairs];
     const ONE_REDIS: [Kind; 3] = [Kind::RedisFlushed, Kind::RedisRestartedEmpty, Kind::RedisBackFromAnOlderSnapshot];
-    const CLUSTER: [Kind; 2] = [Kind::PrimaryFlushed, Kind::PrimaryFailedOver];
-
-    /// Whether Redis loses data: until the projector sees the loss, the API may answer from what is left.
-    pub fn loses_data(self) -> bool {
-        matches!(
-            self,
-            Kind::RedisFlushed
-                | Kind::RedisRestartedEmpty
-                | Kind::RedisBackFromAnOlderSnapshot
-                | Kind::PrimaryFlushed
-                | Kind::PrimaryFailedOver
-        )
-    }
+    const CLUSTER: [Kind; 3] = [Kind::PrimaryFlushed, Kind::PrimaryFailedOver, Kind::HealHeldWhileItsStateIsFlushed];
 }
 
 /// The read model's Redis, of the soak's own.
@@ -83,8 +74,8 @@ pub struct Injector {
     pub injected: BTreeMap<Kind, u64>,
     /// Operator commands ended, by kind and whether they succeeded.
     pub ended: BTreeMap<(Kind, bool), u64>,
-    /// When Redis lost data, and how.
-    pub losses: Vec<(Instant, Kind)>,
+    /// When a replica was seen promoted in place of a crashed primary (within 100 ms).
+    pub promotions: Vec<Instant>,
     /// Projectors found ended by themselves (and started again).
     pub exits: Vec<String>,
 }
@@ -118,7 +109,7 @@ impl Injector {
             running: Vec::new(),
             injected: BTreeMap::new(),
             ended: BTreeMap::new(),
-            losses: Vec::new(),
+            promotions: Vec::new(),
             exits: Vec::new(),
         };
         for i in 0..PROJECTORS {
@@ -161,11 +152,7 @@ impl Injector {
         while Instant::now() < until {
             self.reap();
             let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
-            let at = Instant::now();
             if self.inject(kind) {
-                if kind.loses_data() {
-                    self.losses.push((at, kind));
-                }
                 *self.injected.entry(kind).or_insert(0) += 1;
                 println!("[soak] {kind:?}");
             }
@@ -230,8 +217,36 @@ impl Injector {
                 cluster.nodes[node].cli(&["FLUSHALL"]);
             }
             Kind::PrimaryFailedOver => return self.fail_over(),
+            Kind::HealHeldWhileItsStateIsFlushed => self.hold_a_heal_and_flush_its_state(),
         }
         true
+    }
+
+    /// Flushes a primary other than the one holding the healing state of the active generation, freezes
+    /// every projector (SIGSTOP) as soon as a heal is marked there, or after 3 s, flushes the healing
+    /// state's primary, and lets the projectors go on 1 to 3 s later.
+    fn hold_a_heal_and_flush_its_state(&mut self) {
+        let Redis::Cluster(cluster) = &self.redis else { unreachable!("a fault of the cluster") };
+        let pointer = shared::Keyspace::active_generation(&self.prefix);
+        let at = |key: &str| cluster.primary_of(shared::keys::slot(key));
+        let generation: u64 = cluster.nodes[at(&pointer)].cli(&["GET", &pointer]).parse().unwrap_or(1);
+        let healing = shared::Keyspace::new(self.prefix.clone(), generation).healing();
+        let state = at(&healing);
+        let others: Vec<usize> = primaries(cluster).into_iter().filter(|n| *n != state).collect();
+        let first = others[self.rng.below(others.len() as u64) as usize];
+        cluster.nodes[first].cli(&["FLUSHALL"]);
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while !cluster.nodes[state].cli(&["HKEYS", &healing]).contains('/') && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for projector in &self.projectors {
+            projector.freeze();
+        }
+        cluster.nodes[at(&healing)].cli(&["FLUSHALL"]);
+        std::thread::sleep(Duration::from_millis(1000 + self.rng.below(2000)));
+        for projector in &self.projectors {
+            projector.thaw();
+        }
     }
 
     /// Crashes a primary whose replica is in sync, waits until the replica is promoted, and starts the
@@ -259,6 +274,7 @@ impl Injector {
             assert!(Instant::now() < deadline, "the replica of a crashed primary was not promoted within 60 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+        self.promotions.push(Instant::now());
         cluster.nodes[primary].kill();
         cluster.nodes[primary].restart();
         true
