@@ -110,13 +110,26 @@ impl Heal {
         let keys = projector.store.keys().clone();
         if let Some(Pending { mut losses, marked }) = self.pending.clone() {
             if !marked {
-                let opened = match projector.store.layout().await {
-                    Ok(layout) => Opened::of_layout(layout),
+                let layout = match projector.store.layout().await {
+                    Ok(layout) => layout,
                     Err(e) => {
                         tracing::warn!(error = %e, "could not read the generation's layout; marking the loss later");
                         return;
                     }
                 };
+                // The meta may have gone with the loss: the API reads the layout there, and without it
+                // would read the healing state by the rules of layout 1.
+                let restored =
+                    if layout > 1 { store::restore_layout(&mut conn, &keys, layout).await } else { Ok(false) };
+                match restored {
+                    Ok(true) => tracing::warn!(layout, "the generation's meta had lost its layout; written back"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not write the generation's layout back; marking the loss later");
+                        return;
+                    }
+                }
+                let opened = Opened::of_layout(layout);
                 match mark_lost(projector.follows_active, &mut conn, &keys, opened, &losses).await {
                     Ok(marked) => {
                         projector.metrics.redis.losses.inc();

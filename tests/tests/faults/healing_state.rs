@@ -159,3 +159,29 @@ async fn converged(app: &TestApp, conn: &mut Connection, keys: &Keyspace, refere
     })
     .await;
 }
+
+/// An API instance that starts while the generation's meta has lost its layout reads layout 1 (the field
+/// is absent from generations of layout 1 too). It keeps that reading only until the field is back (a
+/// projector writes it back when it marks the loss), so that a healing state lost afterwards is read by
+/// the generation's own rule: 503, never "nothing heals".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_started_while_the_meta_lost_its_layout_reads_the_layout_again_once_written_back() {
+    let messages = end_to_end::fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let prefix = unique("heal");
+    runner::build(runner::config(&topics, &prefix, &unique("g")), messages.len() as u64, CONVERGENCE).await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let mut conn = end_to_end::redis().await;
+    let field = shared::layout::FIELD;
+    let _: () = redis::cmd("HDEL").arg(keys.meta()).arg(field).query_async(&mut conn).await.unwrap();
+    let app = api::spawn_app(api::config(&prefix, &end_to_end::env("REDIS_URL"))).await;
+    app.wait_serving(CONVERGENCE).await;
+
+    let layout = shared::layout::LAYOUT;
+    let _: () = redis::cmd("HSET").arg(keys.meta()).arg(field).arg(layout).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(keys.healing()).query_async(&mut conn).await.unwrap();
+    eventually(Duration::from_secs(10), "the API to answer 503 for the lost healing state", || async {
+        (app.admin_get("/readyz").await.status() == 503).then_some(())
+    })
+    .await;
+}
