@@ -13,7 +13,7 @@ use shared::loss::Losses;
 use shared::Keyspace;
 use tokio::sync::watch;
 
-use super::rebuild::{read_again, Lock, Notice, Notify, Options};
+use super::plan::{read_again, Lock, Notice, Notify, Options};
 use super::{control, members, Projector};
 use crate::batch::Step;
 use crate::config::Config;

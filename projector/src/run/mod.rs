@@ -7,7 +7,10 @@
 //! - [`Projector`] (here): one projector's configuration, source, store and metrics, and its start.
 //! - `live`: batch after batch, and the housekeeping that keeps instances and a rebuild in step.
 //! - [`rebuild`] and `handover`: a new generation replayed from the topics, and the switch to it; `retire`:
-//!   the old generation deleted once the switch holds.
+//!   the old generation deleted once the switch holds; `plan`: the rebuild's options, notices and lock,
+//!   and its reading again after a loss, which the three share (the rebuild calls the other two, and
+//!   neither imports it). Which generation is active, and every write of that, is
+//!   [`crate::store::pointer`]'s.
 //! - `members` and `control`: the instances' reports, their share of the partitions, and the control keys.
 //!
 //! Elsewhere: how a live projector notices that Redis lost data and projects it again is
@@ -17,6 +20,7 @@ mod control;
 mod handover;
 mod live;
 mod members;
+mod plan;
 pub mod rebuild;
 mod retire;
 

@@ -10,7 +10,8 @@
 //! the switch holds (see [`super::retire`]).
 //! A generation is never made active before it has caught up.
 //!
-//! What it does is told as [`Notice`]s, which the operator command prints.
+//! What it does is told as [`Notice`]s, which the operator command prints; its options, notices and lock
+//! are [`super::plan`]'s.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -19,10 +20,11 @@ use std::time::{Duration, Instant};
 use redis::AsyncCommands;
 use shared::connection::Connection;
 use shared::lease::{Lease, OnLapse};
-use shared::loss::Losses;
 use shared::Keyspace;
 use tokio::sync::watch;
 
+use super::plan::read_again;
+pub use super::plan::{Lock, Notice, Notify, Options, LOCK_TTL};
 use super::{control, handover, retire, Projector};
 use crate::backoff::Backoff;
 use crate::batch::Step;
@@ -32,99 +34,6 @@ use crate::observe::now;
 use crate::store::{self, position, Digest};
 use crate::Error;
 
-/// How the rebuild behaves; see `projector rebuild --help`.
-#[derive(Debug, Clone)]
-pub struct Options {
-    pub grace: Duration,
-    pub handover_lag: i64,
-    pub handover_timeout: Duration,
-    pub lock_wait: Duration,
-}
-
-/// What a rebuild tells its operator as it goes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Notice {
-    WaitingForLock {
-        lock: String,
-    },
-    Resuming {
-        generation: u64,
-    },
-    StartingOver {
-        lost: u64,
-    },
-    Building {
-        generation: u64,
-        active: u64,
-    },
-    Remaining {
-        generation: u64,
-        messages: i64,
-    },
-    HandoverPostponed {
-        running: usize,
-    },
-    Switched {
-        generation: u64,
-        old: u64,
-        digest: Digest,
-    },
-    Deleted {
-        generation: u64,
-        keys: usize,
-    },
-    /// Redis lost data of the generation being built: it is read again from what Redis holds.
-    ReadingAgain {
-        generation: u64,
-        loss: Losses,
-    },
-    /// Redis or the broker was away for a while (a restart, a failover): the rebuild goes on from what its
-    /// generation holds.
-    Interrupted {
-        generation: u64,
-        error: String,
-    },
-}
-
-impl std::fmt::Display for Notice {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Notice::WaitingForLock { lock } => {
-                write!(f, "waiting for {lock}: another rebuild holds it (a rebuild that died releases it within 10 s)")
-            }
-            Notice::Resuming { generation } => write!(f, "resuming the interrupted rebuild of generation {generation}"),
-            Notice::StartingOver { lost } => {
-                write!(f, "starting over: the interrupted rebuild's generation {lost} lost its data")
-            }
-            Notice::Building { generation, active } => {
-                write!(f, "rebuilding into generation {generation} (active: {active})")
-            }
-            Notice::Remaining { generation, messages } => {
-                write!(f, "generation {generation}: {messages} messages to go")
-            }
-            Notice::HandoverPostponed { running } => {
-                write!(f, "handover postponed: {running} live projector(s) did not pause")
-            }
-            Notice::Switched { generation, old, digest } => {
-                write!(f, "switched to generation {generation} (was {old}); digest {digest}")
-            }
-            Notice::Deleted { generation, keys } => write!(f, "deleted generation {generation} ({keys} keys)"),
-            Notice::ReadingAgain { generation, loss } => {
-                write!(f, "generation {generation}: Redis lost data ({loss}); reading again from what it holds")
-            }
-            Notice::Interrupted { generation, error } => {
-                write!(f, "generation {generation}: interrupted ({error}); going on from what it holds")
-            }
-        }
-    }
-}
-
-/// Where a rebuild's notices go.
-pub type Notify<'a> = &'a (dyn Fn(Notice) + Send + Sync);
-
-/// How long the rebuild lock lasts unless renewed; a running rebuild that finds it gone takes it again
-/// within a quarter of this.
-pub const LOCK_TTL: Duration = Duration::from_secs(10);
 /// How often a rebuild that is still reading full batches measures how far it is from the end.
 const MEASURE_LAG_EVERY: Duration = Duration::from_secs(1);
 
@@ -163,30 +72,6 @@ pub async fn run(
     let Some((generation, old)) = result? else { return Ok(None) };
     retire::retire(&mut conn, &prefix, (generation, old), options.grace, &mut stopped, notify).await?;
     Ok(Some(generation))
-}
-
-/// The rebuild lock as this rebuild holds it.
-pub struct Lock(Lease);
-
-impl Lock {
-    /// Stops a rebuild whose lock was lost: another rebuild may be running, and two would switch in turn.
-    pub fn ensure_held(&self) -> Result<(), Error> {
-        if self.0.is_lost() {
-            return Err(Error::Refused(format!(
-                "this rebuild lost {}: it expired or was taken (Redis lost it, or stalled longer than {} s); \
-                 run the rebuild again",
-                self.0.key(),
-                LOCK_TTL.as_secs()
-            )));
-        }
-        Ok(())
-    }
-
-    /// Asks Redis whether this rebuild still holds the lock, right before the switch.
-    pub async fn check(&self, conn: &mut Connection) -> Result<(), Error> {
-        self.0.check(conn).await?;
-        self.ensure_held()
-    }
 }
 
 /// The generation to build into and its consumer group: the interrupted rebuild's, if its generation
@@ -377,23 +262,4 @@ async fn ride_out(
             Err(e) => error = e.into(),
         }
     }
-}
-
-/// After Redis lost data of the generation being built: reads every partition again from what Redis
-/// holds (the earliest offset where a primary holds nothing). Nobody reads the generation yet, so this
-/// is the whole of its healing.
-pub async fn read_again(
-    projector: &mut Projector,
-    watch: &mut Watch,
-    losses: Losses,
-    notify: Notify<'_>,
-) -> Result<(), Error> {
-    notify(Notice::ReadingAgain { generation: projector.generation(), loss: losses });
-    let everything: Vec<_> = projector.source.partitions()?.to_vec();
-    let mut conn = watch.conn();
-    let starts = position::read(&mut conn, projector.store.keys(), &everything).await?;
-    projector.source.rewind(&starts)?;
-    watch.forget_all();
-    projector.store.forget_epochs();
-    Ok(())
 }

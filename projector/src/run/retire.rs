@@ -18,7 +18,7 @@ use shared::Keyspace;
 use tokio::sync::watch;
 
 use super::members;
-use super::rebuild::{Notice, Notify};
+use super::plan::{Notice, Notify};
 use crate::backoff::Backoff;
 use crate::store;
 use crate::Error;
