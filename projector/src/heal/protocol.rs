@@ -56,7 +56,9 @@ impl Heal {
         // Known before the first look opens a primary's positions, which record it.
         let mut opened = None;
         if let Ok(layout) = projector.store.layout().await {
-            crate::store::Guard::layout(&mut self.watch, keys.generation(), layout);
+            if let Some(known) = projector.store.known_layout() {
+                crate::store::Guard::layout(&mut self.watch, keys.generation(), known);
+            }
             opened = Some(Opened::of_layout(layout));
         }
         match self.watch.losses(&keys, &projector.source.positions()).await {

@@ -132,18 +132,28 @@ impl Store {
         self.known.clear();
     }
 
-    /// The layout of the generation written, read once per generation: it stays what it was if Redis
-    /// loses the generation's meta later. A generation whose meta is gone when first read (Redis lost it
-    /// before this projector looked) reads as layout 1, whose states are stored whole: readable by every
-    /// release, and digested alike.
+    /// The layout of the generation written, kept once read: it stays what it was if Redis loses the
+    /// generation's meta later. A generation whose meta and positions hold no layout when read (layout
+    /// 1, or Redis lost them before this projector looked) reads as layout 1, whose states are stored
+    /// whole: readable by every release, and digested alike. That reading is not kept: the field is
+    /// asked for again next time, since a projector writes it back once it marks the loss.
     pub async fn layout(&mut self) -> Result<u32, StoreError> {
         if let Some(layout) = self.layout {
             return Ok(layout);
         }
         let field = generation::layout(&mut self.conn, &self.keys).await?;
         let layout = shared::layout::check(self.keys.generation(), field.as_deref(), "projector")?;
-        self.layout = Some(layout);
+        if field.is_some() {
+            self.layout = Some(layout);
+        }
         Ok(layout)
+    }
+
+    /// The layout of the generation written, if it was read from a field ([`Store::layout`]): the only one
+    /// recorded beside the positions, so that a layout read from an absence never overwrites the one
+    /// every primary recorded.
+    pub fn known_layout(&self) -> Option<u32> {
+        self.layout
     }
 
     /// The connection, for the few reads and writes outside the apply path.
@@ -171,7 +181,9 @@ impl Store {
             return Ok(applied);
         }
         let layout = self.layout().await?;
-        guard.layout(self.keys.generation(), layout);
+        if let Some(known) = self.known_layout() {
+            guard.layout(self.keys.generation(), known);
+        }
         let mut pending = self.resolve_owners(groups, layout, &mut applied).await?;
         // The aggregates that got an event late for a gap, remembered once every write is done.
         let mut late = Vec::new();

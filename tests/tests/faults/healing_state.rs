@@ -185,3 +185,43 @@ async fn an_api_started_while_the_meta_lost_its_layout_reads_the_layout_again_on
     })
     .await;
 }
+
+/// A projector that starts while the generation's layout is found nowhere (the meta and every primary's
+/// positions lost it) reads layout 1 for now, but neither keeps that reading nor records it beside the
+/// positions: once the field is back, a healing state lost afterwards is its generation's rule's again,
+/// and the projector marks it. Kept, layout 1 would have been recorded over every primary's layout and
+/// no loss of the healing state ever seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_that_found_no_layout_records_none_and_reads_it_again_once_written_back() {
+    let redis = OwnRedis::start();
+    let messages = end_to_end::fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let prefix = unique("heal");
+    let mut config = runner::config(&topics, &prefix, &unique("g"));
+    (config.redis.url, config.redis.cluster) = (redis.url().into(), false);
+    runner::build(config.clone(), messages.len() as u64, CONVERGENCE).await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let field = shared::layout::FIELD;
+    let positions = redis.cli(&["--scan", "--pattern", &format!("{prefix}:g1:*:position")]);
+    let positions: Vec<&str> = positions.lines().collect();
+    assert!(!positions.is_empty(), "the generation records its positions");
+    for key in [keys.meta().as_str()].into_iter().chain(positions.iter().copied()) {
+        redis.cli(&["HDEL", key, field]);
+    }
+
+    let projector = runner::spawn(config).await;
+    eventually(Duration::from_secs(30), "the projector to report itself", || async {
+        (redis.cli(&["HLEN", &Keyspace::projectors(&prefix)]) != "0").then_some(())
+    })
+    .await;
+    assert_eq!(redis.cli(&["HSET", &keys.meta(), field, &shared::layout::LAYOUT.to_string()]), "1");
+    assert_eq!(redis.cli(&["DEL", &keys.healing()]), "1");
+    eventually(Duration::from_secs(10), "the projector to mark the lost healing state", || async {
+        (redis.cli(&["HGET", &keys.healing(), HEALING_OPENED]) == "1").then_some(())
+    })
+    .await;
+    for key in &positions {
+        assert_ne!(redis.cli(&["HGET", key, field]), "1", "layout 1 recorded over {key}");
+    }
+    projector.stop().await;
+}
