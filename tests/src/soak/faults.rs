@@ -128,7 +128,8 @@ impl Injector {
         let mut command = std::process::Command::new(runner::binary());
         command.args(args).args(["--redis-cluster", &self.redis.is_cluster().to_string()]).args(extra);
         let file = File::options().create(true).append(true).open(self.logs.join(format!("{log}.log"))).unwrap();
-        command.env("RUST_LOG", "warn").stdout(Stdio::null()).stderr(file);
+        // What each projector did (its marks, reads again, switches), to read beside the wrong answers' times.
+        command.env("RUST_LOG", "warn,projector=info").stdout(Stdio::null()).stderr(file);
         command
     }
 
@@ -152,9 +153,10 @@ impl Injector {
         while Instant::now() < until {
             self.reap();
             let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
+            let started = chrono::Utc::now();
             if self.inject(kind) {
                 *self.injected.entry(kind).or_insert(0) += 1;
-                println!("[soak] {kind:?}");
+                println!("[soak] {} {kind:?}", started.format("%H:%M:%S%.3f"));
             }
             if self.rng.chance(30) {
                 self.save();
