@@ -57,6 +57,8 @@ pub use observe::{Counts, Metrics, Outcome};
 pub use repair::{run as repair, Report as RepairReport, Target as RepairTarget, ATTEMPTS as REPAIR_ATTEMPTS};
 pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
 pub use run::{live_instances, Instance, Projector, Undone};
+#[doc(hidden)]
+pub use run::{signals as control_signals, Signals as ControlSignals};
 /// The operator's Kafka properties, which the benchmarks' ceilings read with too.
 pub use source::{KafkaOptions, Partition, Properties};
 pub use store::pointer::first as first_generation;

@@ -48,9 +48,13 @@ pub async fn rebuild_state<C: ConnectionLike + Send>(conn: &mut C, prefix: &str)
     Ok(RebuildState { generation, group, phase, locked })
 }
 
+/// The rebuild's phase first, then the active pointer: a rebuild switches before its state and lock go,
+/// so a handover read as over is followed by a read of the pointer that shows its switch, if it made one.
+/// Read the other way round, a switch landing between the reads looks like a handover that ended without
+/// one (the old pointer, no handover), and the paused projector would resume on the old generation.
 pub async fn signals<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<Signals> {
-    let active = crate::store::pointer::active(conn, prefix).await?;
     let rebuild = rebuild_state(conn, prefix).await?;
+    let active = crate::store::pointer::active(conn, prefix).await?;
     let handover = match (rebuild.phase.as_deref(), rebuild.locked) {
         (Some(HANDOVER), true) => rebuild.generation,
         _ => None,

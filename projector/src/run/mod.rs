@@ -34,7 +34,7 @@ use shared::loss::{Loss, Losses};
 use shared::{Keyspace, Topic};
 use tokio::sync::watch;
 
-pub use control::rebuild_state;
+pub use control::{rebuild_state, signals, Signals};
 pub use members::{live_instances, live_instances_known_for, tells_everyone, Instance};
 pub use retire::Undone;
 

@@ -222,3 +222,66 @@ async fn a_handover_that_finds_the_reports_lost_does_not_take_their_absence_for_
     assert_eq!(result.expect("the rebuild switches once the projector paused"), Some(2));
     assert_eq!(conn.get::<_, u64>(&pointer).await.unwrap(), 2);
 }
+
+/// Runs `switch` once, after the `after`-th command a reader sends: a real connection, with another
+/// writer's commands landing between two of the reader's.
+struct SwitchBetween {
+    inner: Connection,
+    after: usize,
+    sent: usize,
+    switch: Option<Vec<redis::Cmd>>,
+}
+
+impl redis::aio::ConnectionLike for SwitchBetween {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, redis::Value> {
+        Box::pin(async move {
+            let reply = self.inner.req_packed_command(cmd).await?;
+            self.sent += 1;
+            if self.sent == self.after {
+                // One command per key: the keys may sit on different primaries of a cluster.
+                for command in self.switch.take().into_iter().flatten() {
+                    let () = command.query_async(&mut self.inner).await?;
+                }
+            }
+            Ok(reply)
+        })
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        self.inner.req_packed_commands(cmd, offset, count)
+    }
+
+    fn get_db(&self) -> i64 {
+        self.inner.get_db()
+    }
+}
+
+#[tokio::test]
+async fn a_switch_landing_between_the_reads_of_the_control_keys_never_reads_as_a_handover_ended_without_one() {
+    // A paused live projector reads the rebuild's phase and the active pointer in several commands. The
+    // rebuild switches (pointer to 2) and then ends (its state and lock go) between any two of them: what
+    // is read must be the handover still on, or the switch; "pointer at 1, no handover" would resume the
+    // projector on the old generation, which then finds the new one short and marks a loss.
+    let conn = end_to_end::redis().await;
+    for after in 1..=3 {
+        let prefix = unique("rm");
+        let (pointer, rebuild, lock) =
+            (Keyspace::active_generation(&prefix), Keyspace::rebuild(&prefix), Keyspace::rebuild_lock(&prefix));
+        let _: () = conn.clone().set(&pointer, 1).await.unwrap();
+        let _: () = conn.clone().hset_multiple(&rebuild, &[("generation", "2"), ("phase", "handover")]).await.unwrap();
+        let _: () = conn.clone().set(&lock, "token").await.unwrap();
+        let switch = vec![redis::Cmd::set(&pointer, 2), redis::Cmd::del(&rebuild), redis::Cmd::del(&lock)];
+        let mut reader = SwitchBetween { inner: conn.clone(), after, sent: 0, switch: Some(switch) };
+        let signals = projector::control_signals(&mut reader, &prefix).await.unwrap();
+        assert!(reader.switch.is_none(), "the switch landed after command {after}");
+        assert!(
+            signals.active == Some(2) || signals.handover == Some(2),
+            "with the switch after command {after}, read {signals:?}: a handover ended without a switch"
+        );
+    }
+}
