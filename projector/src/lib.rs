@@ -12,10 +12,13 @@
 //!   read model must hold afterwards (documents, index entries, WebVTT cues).
 //! - `store`: the Redis side: owners, the write script and the only Rust that knows its arguments,
 //!   conflict retries, the guard asked before writing (`store/guard.rs`), which errors are tried again
-//!   (`store/error.rs`), generations and their digest, and the positions and healing entries the read
+//!   (`store/error.rs`), a generation's digest, and the positions and healing entries the read
 //!   model holds itself.
-//! - `run`: the long-running modes, `live` and `rebuild` (with its handover), and how instances share
-//!   partitions and coordinate through Redis.
+//! - `run`: the projector as it runs, live on one generation, and how instances share partitions through
+//!   Redis.
+//! - `generation`: the read model as a whole, one generation after another: which one is active (the
+//!   pointers, forward only), its layout, which ones Redis holds and their deletion, the rebuild with its
+//!   handover and retirement, and what live projectors read to follow them.
 //! - `heal`: how the read model heals after Redis lost data: `heal/look.rs` looks (before every batch
 //!   and a few times a second), `heal/loss.rs` tells a loss from what the primaries say, and
 //!   `heal/protocol.rs` answers (a loss is a `shared::loss::Loss` until it is written into a healing
@@ -34,6 +37,7 @@ pub mod ops;
 
 mod backoff;
 mod fold;
+mod generation;
 mod heal;
 mod observe;
 mod repair;
@@ -52,19 +56,21 @@ pub use config::{Config, Membership};
 
 /// What `--version` says: the workspace's version and the commit it was built from.
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GIT_COMMIT"), ")");
+pub use generation::pointer::first as first_generation;
+pub use generation::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
+pub use generation::Undone;
+pub use generation::{delete_generation, delete_generation_while, generation_keys};
+#[doc(hidden)]
+pub use generation::{signals as control_signals, Signals as ControlSignals};
 pub use heal::Watch;
 pub use observe::{Counts, Metrics, Outcome};
 pub use repair::{run as repair, Report as RepairReport, Target as RepairTarget, ATTEMPTS as REPAIR_ATTEMPTS};
-pub use run::rebuild::{run as rebuild, Notice as RebuildNotice, Options as RebuildOptions};
-pub use run::{live_instances, Instance, Projector, Undone};
-#[doc(hidden)]
-pub use run::{signals as control_signals, Signals as ControlSignals};
+pub use run::{live_instances, Instance, Projector};
 /// The operator's Kafka properties, which the benchmarks' ceilings read with too.
 pub use source::{KafkaOptions, Partition, Properties};
-pub use store::pointer::first as first_generation;
 /// The healing entries of a generation, as projectors mark and read them.
 pub use store::position::{healing as healing_entries, mark_healing, Healing, Opened};
-pub use store::{delete_generation, delete_generation_while, generation_keys, Digest, Store};
+pub use store::{Digest, Store};
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -97,9 +103,9 @@ pub enum Error {
     /// rebuild switched while this one's lock had lapsed): the pointer is left where it is.
     #[error("the active generation had moved past generation {generation} when its rebuild came to switch to it: it was not switched to, and nothing was deleted; `projector generations --delete {generation}` takes its memory back")]
     SwitchedPast { generation: u64 },
-    /// A rebuild's switch that Redis undid before the old generation was deleted (see `run::retire`).
+    /// A rebuild's switch that Redis undid before the old generation was deleted (see `generation::retire`).
     #[error("{0}")]
-    SwitchUndone(run::Undone),
+    SwitchUndone(generation::Undone),
     /// A generation of a layout this build does not read (one line, with the versions).
     #[error(transparent)]
     Layout(#[from] shared::layout::UnknownLayout),

@@ -121,8 +121,11 @@ impl Heal {
                 };
                 // The meta may have gone with the loss: the API reads the layout there, and without it
                 // would read the healing state by the rules of layout 1.
-                let restored =
-                    if layout > 1 { store::restore_layout(&mut conn, &keys, layout).await } else { Ok(false) };
+                let restored = if layout > 1 {
+                    crate::generation::restore_layout(&mut conn, &keys, layout).await
+                } else {
+                    Ok(false)
+                };
                 match restored {
                     Ok(true) => tracing::warn!(layout, "the generation's meta had lost its layout; written back"),
                     Ok(false) => {}
@@ -220,7 +223,7 @@ pub async fn mark_lost(
         _ => losses.clone(),
     };
     if follows_active {
-        store::pointer::raise_both(conn, keys.prefix(), keys.generation()).await?;
+        crate::generation::pointer::raise_both(conn, keys.prefix(), keys.generation()).await?;
     }
     Ok(losses)
 }

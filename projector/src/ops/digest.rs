@@ -4,18 +4,18 @@
 use shared::Keyspace;
 
 use crate::config::Config;
-use crate::store::{self, Digest};
+use crate::store::Digest;
 use crate::Error;
 
 pub async fn run(config: &Config, generation: Option<u64>) -> Result<(), Error> {
     let mut conn = super::status::connect(config).await?;
     let generation = match generation {
         Some(g) => g,
-        None => store::pointer::required(&mut conn, &config.redis.key_prefix).await?,
+        None => crate::generation::pointer::required(&mut conn, &config.redis.key_prefix).await?,
     };
     let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
     // A layout this build does not read would be digested as if it were one it does: refused instead.
-    store::check_layout(&mut conn, &keys).await?;
+    crate::generation::check_layout(&mut conn, &keys).await?;
     let digest = Digest::of(&mut conn, &keys).await?;
     println!("generation {generation}: {digest}");
     Ok(())

@@ -11,7 +11,7 @@ use super::Output;
 use crate::config::Config;
 use crate::repair::redrive;
 use crate::source::{dead_letters_to_replay, list_dead_letters, replay_dead_letters, ReplayError};
-use crate::{store, Error};
+use crate::Error;
 
 /// One dead letter as `dlq list -o json` prints it.
 #[derive(Debug, Serialize)]
@@ -82,8 +82,8 @@ pub async fn replay(config: &Config, corrected: &[String], dry_run: bool, output
     }
     // Nothing is published back for a read model this build would misread when it repairs what moved on.
     let mut conn = super::status::connect(config).await?;
-    let generation = store::pointer::required(&mut conn, &config.redis.key_prefix).await?;
-    store::check_layout(&mut conn, &Keyspace::new(config.redis.key_prefix.clone(), generation)).await?;
+    let generation = crate::generation::pointer::required(&mut conn, &config.redis.key_prefix).await?;
+    crate::generation::check_layout(&mut conn, &Keyspace::new(config.redis.key_prefix.clone(), generation)).await?;
     let refused = |e| match e {
         ReplayError::Broker(e) => Error::Kafka(e),
         unknown => Error::Config(unknown.to_string()),

@@ -1,6 +1,6 @@
 //! `projector generations`: the generations Redis still holds keys of, and what each one is; with
 //! `--delete N`, deletes one left behind. A rebuild deletes the generation it switched from, but keeps it
-//! when Redis undid the switch, and gives up after a minute of Redis failures (`run::retire`): such a
+//! when Redis undid the switch, and gives up after a minute of Redis failures (`generation::retire`): such a
 //! generation is served by nothing and written by nothing, and only this command takes its memory back.
 //!
 //! A generation is found by its meta hash or its positions on any primary (`EXISTS`, not a walk of the
@@ -16,9 +16,9 @@ use shared::Keyspace;
 
 use super::Output;
 use crate::config::Config;
-use crate::run::rebuild::LOCK_TTL;
-use crate::run::{live_instances, live_instances_known_for, rebuild_state, tells_everyone};
-use crate::store;
+use crate::generation::rebuild::LOCK_TTL;
+use crate::generation::{self, rebuild_state};
+use crate::run::{live_instances, live_instances_known_for, tells_everyone};
 use crate::Error;
 
 /// What a generation holding keys is.
@@ -90,23 +90,18 @@ pub struct Pointers {
 }
 
 impl Pointers {
+    /// The rebuild's state and the reports first, the pointers last: a rebuild that switched and ended
+    /// meanwhile shows as the generation it switched to.
     pub async fn read(conn: &mut Connection, prefix: &str) -> Result<Self, Error> {
-        let active = store::pointer::active(conn, prefix).await?;
         let building = rebuild_state(conn, prefix).await?.generation;
         let written = live_instances(conn, prefix).await?.values().map(|i| i.generation).collect();
-        Self::with(conn, prefix, active, building, written).await
+        let pointers = generation::Pointers::read(conn, prefix).await?;
+        Ok(Self::of(pointers, building, written))
     }
 
-    /// The pointers, given the ones already read: only the counter is asked for.
-    pub async fn with(
-        conn: &mut Connection,
-        prefix: &str,
-        active: Option<u64>,
-        building: Option<u64>,
-        written: BTreeSet<u64>,
-    ) -> Result<Self, Error> {
-        let counter = store::pointer::counter(conn, prefix).await?;
-        Ok(Self { active, counter, building, written })
+    /// The pointers, given the ones already read.
+    pub fn of(pointers: generation::Pointers, building: Option<u64>, written: BTreeSet<u64>) -> Self {
+        Self { active: pointers.active, counter: pointers.counter, building, written }
     }
 
     fn role(&self, generation: u64) -> Role {
@@ -125,7 +120,7 @@ impl Pointers {
 /// Every generation that holds keys, from the first to the last one ever started, with what it is.
 pub async fn list(conn: &mut Connection, prefix: &str, pointers: &Pointers) -> Result<Vec<Generation>, Error> {
     let last = [pointers.active, pointers.counter, pointers.building].into_iter().flatten().max().unwrap_or(0);
-    let holding = store::holding_keys(conn, prefix, last).await?;
+    let holding = generation::holding_keys(conn, prefix, last).await?;
     Ok(holding.into_iter().map(|generation| Generation { generation, role: pointers.role(generation) }).collect())
 }
 
@@ -146,7 +141,7 @@ async fn delete_left_behind(conn: &mut Connection, prefix: &str, generation: u64
     }
     nobody_writes(conn, prefix, generation, pointers.active).await?;
     let keys = Keyspace::new(prefix.to_string(), generation);
-    match store::delete_generation_while(conn, &keys, |active| active != Some(generation)).await? {
+    match generation::delete_generation_while(conn, &keys, |active| active != Some(generation)).await? {
         Ok(count) => Ok(count),
         Err(_) => Err(Error::Refused(format!("generation {generation} became active: its deletion stopped"))),
     }

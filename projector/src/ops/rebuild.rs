@@ -1,9 +1,9 @@
-//! `projector rebuild`: runs a rebuild ([`crate::run::rebuild`]) and prints what it tells.
+//! `projector rebuild`: runs a rebuild ([`crate::generation::rebuild`]) and prints what it tells.
 
 use std::time::Duration;
 
 use crate::config::Config;
-use crate::run::rebuild::{self, Options};
+use crate::generation::rebuild::{self, Options};
 use crate::Error;
 
 pub fn options(grace_secs: u64, handover_lag: i64, handover_timeout_secs: u64, lock_wait_secs: u64) -> Options {

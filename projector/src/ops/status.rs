@@ -13,8 +13,9 @@ use shared::{Keyspace, Topic};
 use super::generations::{self, Pointers, Role};
 use super::Output;
 use crate::config::Config;
+use crate::generation::{self, rebuild_state};
 use crate::observe::now;
-use crate::run::{live_instances, rebuild_state, Instance};
+use crate::run::{live_instances, Instance};
 use crate::source::{dead_letter_depths, group_progress};
 use crate::{store, Error};
 
@@ -163,12 +164,13 @@ fn condition(status: &Status, stall_after: f64, now: f64) -> Condition {
 async fn gather(config: &Config) -> Result<Status, Error> {
     let mut conn = connect(config).await?;
     let prefix = &config.redis.key_prefix;
-    let active_generation = crate::store::pointer::active(&mut conn, prefix).await?;
     let state = rebuild_state(&mut conn, prefix).await?;
-    let rebuild = state.generation.map(|generation| Rebuild { generation, phase: state.phase, running: state.locked });
     let live_projectors: BTreeMap<String, Instance> = live_instances(&mut conn, prefix).await?.into_iter().collect();
+    let read = generation::Pointers::read(&mut conn, prefix).await?;
+    let active_generation = read.active;
+    let rebuild = state.generation.map(|generation| Rebuild { generation, phase: state.phase, running: state.locked });
     let written = live_projectors.values().map(|i| i.generation).collect();
-    let pointers = Pointers::with(&mut conn, prefix, active_generation, state.generation, written).await?;
+    let pointers = Pointers::of(read, state.generation, written);
     let left_behind = generations::list(&mut conn, prefix, &pointers)
         .await?
         .into_iter()
@@ -190,7 +192,7 @@ async fn gather(config: &Config) -> Result<Status, Error> {
     let mut healing_lost = false;
     if let Some(generation) = active_generation {
         let keys = Keyspace::new(prefix.clone(), generation);
-        let field = store::layout(&mut conn, &keys).await?;
+        let field = generation::layout(&mut conn, &keys).await?;
         let checked = shared::layout::check(generation, field.as_deref(), "projector");
         layout_read = checked.is_ok();
         active_layout = Some(field.unwrap_or_else(|| "1".into()));

@@ -108,9 +108,9 @@ type Run<'a> = (&'a str, Option<&'a str>);
 async fn run_once(config: &Config, run: Run<'_>, target: Target, progress: Progress<'_>) -> Result<Report, Error> {
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
-    let generation = store::pointer::required(&mut conn, &config.redis.key_prefix).await?;
+    let generation = crate::generation::pointer::required(&mut conn, &config.redis.key_prefix).await?;
     let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
-    let layout = store::check_layout(&mut conn, &keys).await?;
+    let layout = crate::generation::check_layout(&mut conn, &keys).await?;
     // One repair of an organization at a time: its lease is taken before anything is read or staged, so a
     // second repair never meets (or deletes) the first one's staging.
     let lease = match &target {
@@ -276,7 +276,7 @@ async fn repair(
     if !late.is_empty() {
         let _: () = redis::cmd("HDEL").arg(keys.late()).arg(&late).query_async(conn).await?;
     }
-    if store::pointer::required(conn, &config.redis.key_prefix).await? != generation {
+    if crate::generation::pointer::required(conn, &config.redis.key_prefix).await? != generation {
         tracing::warn!(
             generation,
             "the active generation changed during the repair; the new one was built from the topics"

@@ -41,9 +41,9 @@ pub async fn after_replay(config: &Config, letters: &[DeadLetter], progress: Pro
     let mut redriven = Redriven { replayed: letters.len(), ..Redriven::default() };
     let (_stop, mut stopped) = tokio::sync::watch::channel(false);
     let mut conn = store::connect(config, &mut stopped).await?.ok_or_else(|| Error::Refused("no redis".into()))?;
-    let generation = store::pointer::required(&mut conn, &config.redis.key_prefix).await?;
+    let generation = crate::generation::pointer::required(&mut conn, &config.redis.key_prefix).await?;
     let keys = Keyspace::new(config.redis.key_prefix.clone(), generation);
-    let layout = store::check_layout(&mut conn, &keys).await?;
+    let layout = crate::generation::check_layout(&mut conn, &keys).await?;
     let mut store = Store::new(conn.clone(), keys.clone()).of_layout(layout);
     let mut moved_on = BTreeSet::new();
     for letter in letters {

@@ -10,14 +10,14 @@ use shared::task::AbortOnDrop;
 use shared::Keyspace;
 use tokio::sync::watch;
 
-use super::control::{self, Signals};
 use super::members::{self, Instance};
 use super::Projector;
 use crate::batch::Step;
 use crate::config::Membership;
+use crate::generation::{self as control, Signals};
 use crate::heal::{watch_memory, Heal};
 use crate::observe::now;
-use crate::store::{self, position};
+use crate::store::position;
 use crate::Error;
 
 /// How often a live projector reads the control keys and reports itself.
@@ -206,7 +206,7 @@ async fn pause(
 /// does not read (a rebuild by a newer projector) ends the projector with one line; a failed read is asked
 /// again at the next look.
 async fn reads_layout(conn: &mut Connection, prefix: &str, active: u64) -> Result<bool, Error> {
-    match store::check_layout(conn, &Keyspace::new(prefix.to_string(), active)).await {
+    match crate::generation::check_layout(conn, &Keyspace::new(prefix.to_string(), active)).await {
         Ok(_) => Ok(true),
         Err(Error::Redis(e)) => {
             tracing::warn!(error = %e, active, "could not read the new generation's layout");

@@ -1,28 +1,21 @@
-//! The long-running modes of the projector: `live` (project as events arrive, follow the active
-//! generation, pause for a rebuild's handover) and `rebuild` (replay everything into a new generation and
-//! switch to it), and how instances coordinate through Redis (`members`, `control`).
+//! The projector as it runs: one [`Projector`] on one generation, live (project as events arrive, follow
+//! the active generation, pause for a rebuild's handover), and how live instances share the partitions
+//! through Redis (`members`).
 //!
 //! # Layout
 //!
 //! - [`Projector`] (here): one projector's configuration, source, store and metrics, and its start.
 //! - `live`: batch after batch, and the housekeeping that keeps instances and a rebuild in step.
-//! - [`rebuild`] and `handover`: a new generation replayed from the topics, and the switch to it; `retire`:
-//!   the old generation deleted once the switch holds; `plan`: the rebuild's options, notices and lock,
-//!   and its reading again after a loss, which the three share (the rebuild calls the other two, and
-//!   neither imports it). Which generation is active, and every write of that, is
-//!   [`crate::store::pointer`]'s.
-//! - `members` and `control`: the instances' reports, their share of the partitions, and the control keys.
+//! - `members`: the instances' reports and their share of the partitions.
+//!
+//! Which generation a start runs on, the switches it follows, and the rebuild that replays a new one (with
+//! its handover and retirement) are [`crate::generation`]'s.
 //!
 //! Elsewhere: how a live projector notices that Redis lost data and projects it again is
 //! [`crate::heal`]'s; a `repair` of one organization or aggregate is [`crate::repair`](mod@crate::repair)'s.
 
-mod control;
-mod handover;
 mod live;
-mod members;
-mod plan;
-pub mod rebuild;
-mod retire;
+pub(crate) mod members;
 
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -34,13 +27,12 @@ use shared::loss::{Loss, Losses};
 use shared::{Keyspace, Topic};
 use tokio::sync::watch;
 
-pub use control::{rebuild_state, signals, Signals};
 pub use members::{live_instances, live_instances_known_for, tells_everyone, Instance};
-pub use retire::Undone;
 
 use crate::backoff::Backoff;
 use crate::batch::{self, Step};
 use crate::config::{Config, Membership};
+use crate::generation;
 use crate::heal::{self, Watch};
 use crate::observe::{self, Health, Metrics};
 use crate::source::Source;
@@ -49,7 +41,7 @@ use crate::store::{self, Guard, Store};
 use crate::Error;
 
 /// Whether an error of the start is Redis or the broker away for a while, not a refusal.
-fn passing(e: &Error) -> bool {
+pub(crate) fn passing(e: &Error) -> bool {
     match e {
         Error::Redis(e) => !store::is_refused(e),
         Error::Kafka(e) => e.is_passing(),
@@ -59,13 +51,13 @@ fn passing(e: &Error) -> bool {
 
 /// One projector: its configuration, where it reads, where it writes and what it reports.
 pub struct Projector {
-    config: Config,
-    source: Source,
-    store: Store,
-    metrics: Arc<Metrics>,
+    pub(crate) config: Config,
+    pub(crate) source: Source,
+    pub(crate) store: Store,
+    pub(crate) metrics: Arc<Metrics>,
     /// The look at every primary, its first taken before the start's check: handed to the loop that
     /// projects, whose first look then compares with it.
-    watch: Option<Watch>,
+    pub(crate) watch: Option<Watch>,
 }
 
 impl Projector {
@@ -101,13 +93,13 @@ impl Projector {
         // taken after the check would take a flush in between for the state of things.
         let mut watch = Watch::new(conn.clone(), metrics.clone());
         watch.look().await?;
-        let mut active = store::pointer::active(&mut conn, &config.redis.key_prefix).await?;
+        let mut active = generation::pointer::active(&mut conn, &config.redis.key_prefix).await?;
         // No pointer is no evidence of no read model: Redis may have lost the pointer with its primary
         // while it holds generations. The highest is put back (once marked, below), never a new one begun
         // beside it.
         let mut restored = None;
         if config.generation.is_none() && active.is_none() {
-            restored = store::highest_holding_keys(&mut conn, &config.redis.key_prefix).await?;
+            restored = generation::highest_holding_keys(&mut conn, &config.redis.key_prefix).await?;
             if let Some(generation) = restored {
                 tracing::error!(
                     generation,
@@ -130,10 +122,10 @@ impl Projector {
         if projector.config.generation.is_some() || active.is_some() {
             // Nothing is read, marked or written in a layout this build does not know.
             let keys = projector.store.keys().clone();
-            let layout = store::check_layout(&mut conn, &keys).await?;
+            let layout = generation::check_layout(&mut conn, &keys).await?;
             found_layout = layout;
             // A meta Redis lost (with its primary's data) gets back the layout the positions recorded.
-            if layout > 1 && store::restore_layout(&mut conn, &keys, layout).await? {
+            if layout > 1 && generation::restore_layout(&mut conn, &keys, layout).await? {
                 tracing::warn!(layout, "the generation's meta had lost its layout; written back from the positions");
             }
         }
@@ -143,12 +135,7 @@ impl Projector {
             let keys = projector.store.keys().clone();
             // Its layout first, so that no reader ever finds the generation without it.
             let layout = shared::layout::LAYOUT;
-            let _: () = redis::cmd("HSET")
-                .arg(keys.meta())
-                .arg(shared::layout::FIELD)
-                .arg(layout.to_string())
-                .query_async(&mut conn)
-                .await?;
+            generation::write_layout(&mut conn, &keys, layout).await?;
             // Then its healing state, opened before anything is marked there: from now on its absence is
             // a loss.
             let opened = Opened::of_layout(layout);
@@ -157,7 +144,7 @@ impl Projector {
             let losses =
                 heal::mark_lost(projector.config.generation.is_none(), &mut conn, &keys, opened, &losses).await?;
             heal::mark_everything(&mut projector.source, &mut conn, &keys, opened, &losses).await?;
-            let generation = store::pointer::first(&mut conn, &projector.config.redis.key_prefix).await?;
+            let generation = generation::pointer::first(&mut conn, &projector.config.redis.key_prefix).await?;
             projector.store.set_generation(generation);
         } else if projector.config.generation.is_none() {
             // Redis may have lost data while no projector looked: marked before anything more is served.
@@ -208,12 +195,17 @@ impl Projector {
     }
 
     /// One batch: see [`crate::batch`].
-    async fn step(&mut self, guard: &mut impl Guard, stopped: &mut watch::Receiver<bool>, idle: Duration) -> Step {
+    pub(crate) async fn step(
+        &mut self,
+        guard: &mut impl Guard,
+        stopped: &mut watch::Receiver<bool>,
+        idle: Duration,
+    ) -> Step {
         batch::step(&mut self.source, &mut self.store, &self.metrics, guard, stopped, idle).await
     }
 
     /// What healing works on: see [`heal::Parts`].
-    fn healing(&mut self) -> heal::Parts<'_> {
+    pub(crate) fn healing(&mut self) -> heal::Parts<'_> {
         heal::Parts {
             source: &mut self.source,
             store: &mut self.store,
@@ -223,18 +215,18 @@ impl Projector {
     }
 
     /// Writes to another generation from the next batch on.
-    fn switch_generation(&mut self, generation: u64) {
+    pub(crate) fn switch_generation(&mut self, generation: u64) {
         tracing::info!(from = self.generation(), to = generation, "switching generation");
         self.store.set_generation(generation);
         self.metrics.generation.set(generation as i64);
     }
 
-    fn conn(&self) -> Connection {
+    pub(crate) fn conn(&self) -> Connection {
         self.store.conn()
     }
 
     /// The look begun at the start (a new one if it was handed over already).
-    fn take_watch(&mut self) -> Watch {
+    pub(crate) fn take_watch(&mut self) -> Watch {
         self.watch.take().unwrap_or_else(|| Watch::new(self.conn(), self.metrics()))
     }
 }

@@ -14,8 +14,9 @@ use shared::connection::Connection;
 use shared::owners::Record;
 use shared::{Keyspace, Topic};
 
-use super::generation::{generation_keys, one};
+use super::one;
 use crate::fold::stored;
+use crate::generation::generation_keys;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Digest {

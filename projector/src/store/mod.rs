@@ -1,6 +1,6 @@
 //! The Redis side of the projector: applies groups of events to the read model, a few pipelined round
 //! trips per batch and one atomic script per aggregate in its organization's slot, so no reader and no
-//! crash sees half an event. Also the generations' bookkeeping and the digest.
+//! crash sees half an event. Also connecting to Redis (`connect`) and a generation's digest.
 //!
 //! Per batch: (1) record each aggregate's organization (the first one wins, [`owners`]) and read its
 //! state (`states`); (2) fold the events in memory ([`crate::fold`]); (3) write each aggregate with the script
@@ -8,19 +8,17 @@
 //! (another instance applied events meanwhile, e.g. during a rebalance) re-reads and re-folds that
 //! aggregate. A fold with a gap is written only once the [`Guard`] ([`guard`]) says Redis lost nothing.
 //!
-//! Also the active generation's pointer and the generation counter, every read and write of them
-//! ([`pointer`]: forward only, never begun from their absence), the positions and healing entries the
-//! read model holds itself ([`position`]), the aggregates late
+//! Also the positions and healing entries the read model holds itself ([`position`]), the aggregates late
 //! for a gap (`late`), the repaired write of one aggregate (`repaired`, for [`crate::repair`](mod@crate::repair)),
-//! and which of Redis's errors are worth trying again ([`StoreError`], in `error`).
+//! and which of Redis's errors are worth trying again ([`StoreError`], in `error`). Which generation is
+//! which, its layout and its deletion are [`crate::generation`]'s.
 
+mod connect;
 mod digest;
 mod error;
-mod generation;
 mod guard;
 mod late;
 pub mod owners;
-pub mod pointer;
 pub mod position;
 mod repaired;
 mod states;
@@ -33,12 +31,9 @@ use shared::connection::Connection;
 use shared::owners::Record;
 use shared::{Event, Keyspace, Topic};
 
+pub use connect::{check_no_eviction, connect, is_refused};
 pub use digest::Digest;
 pub use error::StoreError;
-pub use generation::{
-    check_layout, check_no_eviction, connect, delete_generation, delete_generation_while, generation_keys,
-    highest_holding_keys, holding_keys, is_refused, layout, restore_layout,
-};
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};
 
@@ -141,7 +136,7 @@ impl Store {
         if let Some(layout) = self.layout {
             return Ok(layout);
         }
-        let field = generation::layout(&mut self.conn, &self.keys).await?;
+        let field = crate::generation::layout(&mut self.conn, &self.keys).await?;
         let layout = shared::layout::check(self.keys.generation(), field.as_deref(), "projector")?;
         if field.is_some() {
             self.layout = Some(layout);
@@ -389,4 +384,11 @@ impl Store {
             other => Ok(other?),
         }
     }
+}
+
+/// A command of one key.
+pub(crate) fn one(name: &str, key: &str) -> Cmd {
+    let mut cmd = redis::cmd(name);
+    cmd.arg(key);
+    cmd
 }

@@ -25,12 +25,13 @@ use tokio::sync::watch;
 
 use super::plan::read_again;
 pub use super::plan::{Lock, Notice, Notify, Options, LOCK_TTL};
-use super::{control, handover, retire, Projector};
+use super::{control, handover, retire};
 use crate::backoff::Backoff;
 use crate::batch::Step;
 use crate::config::Config;
 use crate::heal::Watch;
 use crate::observe::now;
+use crate::run::{self, Projector};
 use crate::store::{self, position, Digest};
 use crate::Error;
 
@@ -89,12 +90,12 @@ async fn target(config: &Config, conn: &mut Connection, old: u64, notify: Notify
     }
     if let Some(lost) = state.generation {
         notify(Notice::StartingOver { lost });
-        store::delete_generation(conn, &Keyspace::new(prefix.clone(), lost)).await?;
+        super::delete_generation(conn, &Keyspace::new(prefix.clone(), lost)).await?;
     }
     // Above the counter, the active generation and the abandoned rebuild's, so that a counter Redis lost
     // or rolled back never hands out a generation number again.
     let above = old.max(state.generation.unwrap_or(0));
-    let generation = store::pointer::next(conn, prefix, above).await?;
+    let generation = super::pointer::next(conn, prefix, above).await?;
     let group = format!("{}-rebuild-g{generation}", config.group_id);
     let started = now().to_string();
     let meta = Keyspace::new(prefix.clone(), generation).meta();
@@ -117,7 +118,7 @@ async fn rebuild(
     notify: Notify<'_>,
 ) -> Result<Option<(u64, u64)>, Error> {
     let prefix = &config.redis.key_prefix;
-    let old = store::pointer::required(conn, prefix).await?;
+    let old = super::pointer::required(conn, prefix).await?;
     let (generation, group) = target(config, conn, old, notify).await?;
     let rebuild_key = Keyspace::rebuild(prefix);
     let fields =
@@ -242,7 +243,7 @@ async fn ride_out(
 ) -> Result<bool, Error> {
     let mut backoff = Backoff::new();
     loop {
-        if !super::passing(&error) {
+        if !run::passing(&error) {
             return Err(error);
         }
         lock.ensure_held()?;

@@ -9,8 +9,8 @@ use shared::connection::Connection;
 use shared::lease::Lease;
 use shared::loss::Losses;
 
-use super::Projector;
 use crate::heal::Watch;
+use crate::run::Projector;
 use crate::store::{position, Digest};
 use crate::Error;
 

@@ -1,7 +1,7 @@
 //! A rebuild's handover, the one moment live projectors and a rebuild act together: the live projectors
 //! commit what they applied, record it as their generation's positions and pause; once every one of them
 //! is paused, the rebuild catches up with those positions or their committed offsets, whichever is
-//! further, and switches the active generation forward (never back: see [`crate::store::pointer`]); each
+//! further, and switches the active generation forward (never back: see [`super::pointer`]); each
 //! live projector then follows it and resumes where it was. If the rebuild dies during the handover (its
 //! lock expires), the live projectors resume on their old generation.
 
@@ -13,11 +13,12 @@ use shared::loss::Losses;
 use shared::Keyspace;
 use tokio::sync::watch;
 
+use super::control;
 use super::plan::{read_again, Lock, Notice, Notify, Options};
-use super::{control, members, Projector};
 use crate::batch::Step;
 use crate::config::Config;
 use crate::heal::Watch;
+use crate::run::{members, Projector};
 use crate::source::{group_committed, Partition};
 use crate::store::position;
 use crate::Error;
@@ -91,12 +92,12 @@ pub async fn run(
     }
     // Its healing state opened (again): the rebuild marks nothing there, so a hash its primary lost held
     // nothing else, and the generation was just found whole.
-    let opened = crate::store::position::Opened::of_layout(crate::store::check_layout(conn, &keys).await?);
+    let opened = crate::store::position::Opened::of_layout(super::check_layout(conn, &keys).await?);
     crate::store::position::open_healing(conn, &keys, opened).await?;
     lock.check(conn).await?;
     // Forward only: the lock can lapse between its check and the switch, and a rebuild that took it
     // meanwhile may have switched further. Moving the pointer back would serve an older read model.
-    if !crate::store::pointer::raise(conn, prefix, generation).await? {
+    if !super::pointer::raise(conn, prefix, generation).await? {
         // This rebuild is over: its state goes, unless another rebuild's has replaced it.
         let _: i64 = redis::Script::new(END_IF_OURS).key(&rebuild_key).arg(generation).invoke_async(conn).await?;
         return Err(Error::SwitchedPast { generation });

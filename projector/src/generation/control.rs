@@ -1,6 +1,6 @@
 //! How live projectors and a rebuild coordinate through Redis, with no other channel between them.
 //!
-//! Every live projector reports itself ([`super::members`]) and reads the active generation and the
+//! Every live projector reports itself ([`crate::run::members`]) and reads the active generation and the
 //! rebuild's phase a few times a second. When a rebuild reaches its `handover` phase, each live projector
 //! commits what it applied, records it as its generation's positions and pauses; once every live projector
 //! is paused, the rebuild catches up with what they applied and switches the active generation; each live
@@ -54,7 +54,7 @@ pub async fn rebuild_state<C: ConnectionLike + Send>(conn: &mut C, prefix: &str)
 /// one (the old pointer, no handover), and the paused projector would resume on the old generation.
 pub async fn signals<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<Signals> {
     let rebuild = rebuild_state(conn, prefix).await?;
-    let active = crate::store::pointer::active(conn, prefix).await?;
+    let active = super::pointer::active(conn, prefix).await?;
     let handover = match (rebuild.phase.as_deref(), rebuild.locked) {
         (Some(HANDOVER), true) => rebuild.generation,
         _ => None,

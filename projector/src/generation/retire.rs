@@ -17,10 +17,9 @@ use shared::connection::Connection;
 use shared::Keyspace;
 use tokio::sync::watch;
 
-use super::members;
 use super::plan::{Notice, Notify};
 use crate::backoff::Backoff;
-use crate::store;
+use crate::run::members;
 use crate::Error;
 
 /// The shortest wait for an undone switch to be put forward again: a live projector that followed it
@@ -70,7 +69,7 @@ pub(super) async fn retire(
     let settle_by = Instant::now() + grace.max(SETTLE);
     let (give_up, mut backoff) = (Instant::now() + Duration::from_secs(60), Backoff::new());
     loop {
-        let active = match store::delete_generation_while(conn, &old_keys, |a| a >= Some(generation)).await {
+        let active = match super::delete_generation_while(conn, &old_keys, |a| a >= Some(generation)).await {
             Ok(Ok(keys)) => {
                 notify(Notice::Deleted { generation: old, keys });
                 return Ok(());
@@ -106,7 +105,7 @@ async fn undone(
     let mut deleted = false;
     if active.is_some_and(|a| a < generation) && !written {
         let own = Keyspace::new(prefix.to_string(), generation);
-        if let Ok(keys) = store::delete_generation_while(conn, &own, |a| a.is_some_and(|a| a < generation)).await? {
+        if let Ok(keys) = super::delete_generation_while(conn, &own, |a| a.is_some_and(|a| a < generation)).await? {
             notify(Notice::Deleted { generation, keys });
             deleted = true;
         }

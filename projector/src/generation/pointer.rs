@@ -27,6 +27,22 @@ return 0
 const NEXT: &str =
     "local n = math.max(tonumber(redis.call('GET', KEYS[1]) or '0'), tonumber(ARGV[1])) + 1 redis.call('SET', KEYS[1], n) return n";
 
+/// Both pointers as read, each `None` when missing (none yet, or Redis lost it: never evidence of either).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pointers {
+    /// The generation the API serves.
+    pub active: Option<u64>,
+    /// The last generation handed out.
+    pub counter: Option<u64>,
+}
+
+impl Pointers {
+    /// Reads both, one command each (they may sit on different primaries of a cluster).
+    pub async fn read<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<Self> {
+        Ok(Self { active: active(conn, prefix).await?, counter: counter(conn, prefix).await? })
+    }
+}
+
 /// The active generation, as the pointer says (`None`: no read model yet, or Redis lost the pointer).
 pub async fn active<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> RedisResult<Option<u64>> {
     redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(conn).await

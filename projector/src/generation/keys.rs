@@ -1,0 +1,108 @@
+//! Which generations Redis holds, every key of one, and deleting one: the positions first, so that a
+//! deletion stopped halfway is a loss the live projectors see, and the meta last.
+
+use shared::connection::{Connection, Node};
+use shared::Keyspace;
+
+use super::pointer;
+use crate::store::{one, position};
+
+/// The generations from 1 to `last` whose meta or positions on some primary exist, asked in one round of
+/// `EXISTS`.
+pub async fn holding_keys(conn: &mut Connection, prefix: &str, last: u64) -> redis::RedisResult<Vec<u64>> {
+    let nodes: Vec<Node> = conn.nodes().await?;
+    let mut probes = Vec::new();
+    for generation in 1..=last {
+        let keys = Keyspace::new(prefix.to_string(), generation);
+        let names = std::iter::once(keys.meta()).chain(nodes.iter().map(|node| position::key_on(&keys, node)));
+        probes.extend(names.map(|name| redis::cmd("EXISTS").arg(name).clone()));
+    }
+    let mut found = Vec::new();
+    for (generation, replies) in (1..=last).zip(conn.query_all(&probes).await?.chunks(1 + nodes.len())) {
+        let mut holds = false;
+        for reply in replies {
+            holds |= redis::from_redis_value::<i64>(reply.clone())? > 0;
+        }
+        if holds {
+            found.push(generation);
+        }
+    }
+    Ok(found)
+}
+
+/// The highest generation under `prefix` that holds keys, found without the pointers that name one (the
+/// active generation and the counter, which Redis can lose with their primaries): up to the counter when
+/// it is there, else by `SCAN` for the keys of every generation (a walk of the keyspace, made only when
+/// both pointers are gone: at a read model's very first start, and after such a loss). `None`: Redis holds
+/// no generation.
+pub async fn highest_holding_keys(conn: &mut Connection, prefix: &str) -> redis::RedisResult<Option<u64>> {
+    let counter = pointer::counter(conn, prefix).await?;
+    if let Some(last) = counter {
+        return Ok(holding_keys(conn, prefix, last).await?.into_iter().max());
+    }
+    // One walk, every key of any generation under the prefix: the meta and positions name it, as would any
+    // other key of it.
+    let mut highest = None;
+    let base = format!("{prefix}:g");
+    for key in conn.scan(&format!("{base}*")).await? {
+        let generation = key.strip_prefix(&base).and_then(|rest| rest.split(':').next());
+        if let Some(generation) = generation.and_then(|g| g.parse::<u64>().ok()) {
+            highest = highest.max(Some(generation));
+        }
+    }
+    Ok(highest)
+}
+
+/// Every key of the generation, by SCAN (over every primary of a cluster).
+pub async fn generation_keys(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<Vec<String>> {
+    conn.scan(&keys.pattern()).await
+}
+
+/// Deletes every key of a generation with UNLINK, a batch at a time, so Redis never blocks on it; returns
+/// how many keys there were.
+pub async fn delete_generation(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<usize> {
+    let names = in_deletion_order(generation_keys(conn, keys).await?, keys);
+    for chunk in names.chunks(500) {
+        // One UNLINK per key: keys of different organizations may sit in different slots.
+        let unlinks: Vec<redis::Cmd> = chunk.iter().map(|name| one("UNLINK", name)).collect();
+        conn.query_all(&unlinks).await?;
+    }
+    Ok(names.len())
+}
+
+/// Deletes every key of the generation `retired` as [`delete_generation`] does, but only while the active
+/// pointer, read again before each batch, is one `deletes` allows (Redis can undo a rebuild's switch, see
+/// `retire`). The positions go first, so that a deletion stopped halfway is a loss the live
+/// projectors see, not a hole they would write around; the meta goes last. `Ok(Err(pointer))`: the pointer it stopped at.
+pub async fn delete_generation_while(
+    conn: &mut Connection,
+    retired: &Keyspace,
+    deletes: impl Fn(Option<u64>) -> bool,
+) -> redis::RedisResult<Result<usize, Option<u64>>> {
+    let names = in_deletion_order(generation_keys(conn, retired).await?, retired);
+    for chunk in names.chunks(500) {
+        let active = pointer::active(conn, retired.prefix()).await?;
+        if !deletes(active) {
+            return Ok(Err(active));
+        }
+        let unlinks: Vec<redis::Cmd> = chunk.iter().map(|name| one("UNLINK", name)).collect();
+        conn.query_all(&unlinks).await?;
+    }
+    Ok(Ok(names.len()))
+}
+
+/// The positions first (a deletion stopped halfway is then a loss the live projectors see), the meta last
+/// (`projector generations` still finds the generation).
+fn in_deletion_order(mut names: Vec<String>, keys: &Keyspace) -> Vec<String> {
+    let meta = keys.meta();
+    names.sort_by_key(|name| {
+        if keys.is_position(name) {
+            0
+        } else if *name == meta {
+            2
+        } else {
+            1
+        }
+    });
+    names
+}
