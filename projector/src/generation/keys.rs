@@ -30,24 +30,22 @@ pub async fn holding_keys(conn: &mut Connection, prefix: &str, last: u64) -> red
     Ok(found)
 }
 
-/// The highest generation under `prefix` that holds keys, found without the pointers that name one (the
-/// active generation and the counter, which Redis can lose with their primaries): up to the counter when
-/// it is there, else by `SCAN` for the keys of every generation (a walk of the keyspace, made only when
-/// both pointers are gone: at a read model's very first start, and after such a loss). `None`: Redis holds
-/// no generation.
+/// The highest generation under `prefix` whose meta or positions on some primary exist, found without
+/// the pointers that name one: Redis can lose the active pointer and the counter with their primaries,
+/// and a primary restarted from an older snapshot sets the counter back below generations that hold keys
+/// (counted up to it, a walk would begin a generation beside the real one). So always by `SCAN` over every
+/// primary, for the metas and positions alone (the server walks the whole keyspace; the projector holds a
+/// few keys per generation). Only a start that found no active pointer asks: at a read model's very first
+/// start, and after such a loss. `None`: Redis holds no generation.
 pub async fn highest_holding_keys(conn: &mut Connection, prefix: &str) -> redis::RedisResult<Option<u64>> {
-    let counter = pointer::counter(conn, prefix).await?;
-    if let Some(last) = counter {
-        return Ok(holding_keys(conn, prefix, last).await?.into_iter().max());
-    }
-    // One walk, every key of any generation under the prefix: the meta and positions name it, as would any
-    // other key of it.
     let mut highest = None;
     let base = format!("{prefix}:g");
-    for key in conn.scan(&format!("{base}*")).await? {
-        let generation = key.strip_prefix(&base).and_then(|rest| rest.split(':').next());
-        if let Some(generation) = generation.and_then(|g| g.parse::<u64>().ok()) {
-            highest = highest.max(Some(generation));
+    for pattern in [format!("{base}*:meta"), format!("{base}*:position")] {
+        for key in conn.scan(&pattern).await? {
+            let generation = key.strip_prefix(&base).and_then(|rest| rest.split(':').next());
+            if let Some(generation) = generation.and_then(|g| g.parse::<u64>().ok()) {
+                highest = highest.max(Some(generation));
+            }
         }
     }
     Ok(highest)

@@ -32,13 +32,19 @@ async fn a_projector_started_without_the_active_pointer_puts_back_the_generation
     let app = api::spawn_app(api::config(&prefix, &end_to_end::env("REDIS_URL"))).await;
     app.wait_serving(DEADLINE).await;
 
-    // The pointer alone lost; then the pointer and the counter both (found by a walk of the keyspace).
-    for lost in [
-        vec![Keyspace::active_generation(&prefix)],
-        vec![Keyspace::active_generation(&prefix), Keyspace::generation_counter(&prefix)],
+    // The pointer alone lost; then the pointer and the counter both; then the pointer lost and the counter
+    // set back to 1 (its primary restarted from an older snapshot): the counter names no generation that
+    // holds keys, and only a walk of the keyspace finds generation 2.
+    for (lost, counter_back) in [
+        (vec![Keyspace::active_generation(&prefix)], None),
+        (vec![Keyspace::active_generation(&prefix), Keyspace::generation_counter(&prefix)], None),
+        (vec![Keyspace::active_generation(&prefix)], Some(1)),
     ] {
         for key in &lost {
             let _: () = conn.del(key).await.unwrap();
+        }
+        if let Some(counter) = counter_back {
+            let _: () = conn.set(Keyspace::generation_counter(&prefix), counter).await.unwrap();
         }
         eventually(DEADLINE, "the API to stop serving", || async {
             (app.admin_get("/readyz").await.status() == 503).then_some(())
@@ -49,7 +55,10 @@ async fn a_projector_started_without_the_active_pointer_puts_back_the_generation
             conn.clone().get::<_, Option<u64>>(Keyspace::active_generation(&prefix)).await.ok().flatten()
         })
         .await;
-        assert_eq!(pointer, 2, "the generation Redis held is put back ({lost:?} lost)");
+        assert_eq!(
+            pointer, 2,
+            "the generation Redis held is put back ({lost:?} lost, counter set back to {counter_back:?})"
+        );
         // Marked as a loss: what went with the pointer's primary is not known.
         eventually(DEADLINE, "the projector to count the loss", || async {
             let losses = end_to_end::metrics::sample(&projector.metrics_text(), "projector_redis_losses_total", &[]);
