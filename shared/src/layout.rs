@@ -44,6 +44,24 @@ pub fn keeps_healing_opened(layout: u32) -> bool {
 /// The field of a generation's meta hash that holds its layout.
 pub const FIELD: &str = "layout";
 
+/// The field of each primary's positions hash that records the generation's layout too: read when the
+/// meta lost its field (the meta sits on one primary of a cluster, the positions on every one).
+pub const POSITIONS_FIELD: &str = "layout";
+
+/// The layout recorded beside the positions, from what each primary's positions hash holds: the highest
+/// found. A value that is no number is kept as found unless a number is found elsewhere, so that the
+/// reader refuses it by name ([`check`]).
+pub fn highest_recorded(found: impl IntoIterator<Item = Option<String>>) -> Option<String> {
+    let rank = |v: &str| v.parse::<u32>().unwrap_or(0);
+    let mut best: Option<(u32, String)> = None;
+    for value in found.into_iter().flatten() {
+        if best.as_ref().is_none_or(|(highest, _)| rank(&value) > *highest) {
+            best = Some((rank(&value), value));
+        }
+    }
+    best.map(|(_, value)| value)
+}
+
 /// A generation whose layout this build does not read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -72,6 +90,15 @@ pub fn check(generation: u64, field: Option<&str>, reader: &'static str) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_layout_recorded_beside_the_positions_is_the_highest_number_found_or_else_what_was_found() {
+        let found = |values: &[Option<&str>]| highest_recorded(values.iter().map(|v| v.map(str::to_string)));
+        assert_eq!(found(&[None, Some("4"), Some("3"), None]), Some("4".into()));
+        assert_eq!(found(&[None, None]), None);
+        assert_eq!(found(&[Some("x"), None]), Some("x".into()));
+        assert_eq!(found(&[Some("x"), Some("4")]), Some("4".into()));
+    }
 
     #[test]
     fn a_generation_without_the_field_is_layout_one_and_one_this_build_does_not_read_is_refused_by_name() {

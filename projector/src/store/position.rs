@@ -154,26 +154,18 @@ pub async fn healing_lost(conn: &mut Connection, keys: &Keyspace, opened: Opened
 }
 
 /// The field of a primary's positions hash that holds the generation's layout.
-pub const LAYOUT_FIELD: &str = "layout";
+pub const LAYOUT_FIELD: &str = shared::layout::POSITIONS_FIELD;
 
 /// The layout recorded beside the positions of every primary: the highest found, `None` when none holds
 /// one (every primary lost its positions, or they were written before the field existed).
 pub async fn layout(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<Option<String>> {
-    let mut found: Option<(u32, String)> = None;
+    let mut found = Vec::new();
     for node in conn.nodes().await? {
         let mut get = redis::cmd("HGET");
         get.arg(key_on(keys, &node)).arg(LAYOUT_FIELD);
-        let value: Option<String> = redis::from_redis_value(conn.query_all(&[get]).await?.remove(0))?;
-        // A value that is no number is kept as found, unless a number is found elsewhere: the caller
-        // refuses it by name.
-        let rank = |v: &str| v.parse::<u32>().unwrap_or(0);
-        if let Some(value) = value {
-            if found.as_ref().is_none_or(|(best, _)| rank(&value) > *best) {
-                found = Some((rank(&value), value));
-            }
-        }
+        found.push(redis::from_redis_value(conn.query_all(&[get]).await?.remove(0))?);
     }
-    Ok(found.map(|(_, value)| value))
+    Ok(shared::layout::highest_recorded(found))
 }
 
 /// The key holding the positions on `node`.

@@ -243,8 +243,9 @@ impl Generation {
             _ => match model.layout(&keys).await {
                 Ok(field) => match shared::layout::check(generation, field.as_deref(), "query API") {
                     Ok(layout) => {
-                        // Kept only as read: a field absent is layout 1 or a meta Redis lost, which a
-                        // projector writes back when it marks the loss. Read again at every look until then.
+                        // Kept only as read (from the meta, or beside the positions): found nowhere, it is
+                        // layout 1 or every one of them lost, which a projector writes back when it marks the
+                        // loss. Read again at every look until then.
                         if field.is_some() {
                             *self.layout.lock().expect("layout") = Some((generation, layout));
                         }

@@ -425,11 +425,23 @@ impl ReadModel {
     }
 
     /// The active generation, `None` when no projector has created a read model yet.
-    /// The layout field of a generation's meta (`shared::layout`); none for one written before the field.
+    /// The layout of a generation (`shared::layout`): its meta's field or, when Redis lost that (the meta
+    /// sits on one primary of a cluster), the one every primary records beside its positions; none for a
+    /// generation written before either existed, which is layout 1. Read as layout 1, a generation of a
+    /// later one would take its healing state lost with the meta for "nothing heals".
     pub async fn layout(&self, keys: &Keyspace) -> RedisResult<Option<String>> {
         let mut cmd = redis::cmd("HGET");
         cmd.arg(keys.meta()).arg(shared::layout::FIELD);
-        self.query(&cmd).await
+        if let Some(field) = self.query(&cmd).await? {
+            return Ok(Some(field));
+        }
+        let mut found = Vec::new();
+        for node in self.conn().await?.clone().nodes().await? {
+            let mut get = redis::cmd("HGET");
+            get.arg(keys.positions_on(&node.slots)).arg(shared::layout::POSITIONS_FIELD);
+            found.push(self.query(&get).await?);
+        }
+        Ok(shared::layout::highest_recorded(found))
     }
 
     pub async fn active_generation(&self, prefix: &str) -> RedisResult<Option<u64>> {

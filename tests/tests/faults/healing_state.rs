@@ -186,6 +186,34 @@ async fn an_api_started_while_the_meta_lost_its_layout_reads_the_layout_again_on
     .await;
 }
 
+/// An API instance that starts while the generation's meta has lost its layout, and before any projector
+/// looked, reads the layout every primary records beside its positions: a healing state lost with the
+/// meta (on a cluster both may sit on the primary flushed) is then read by the generation's own rule,
+/// 503, never as layout 1's "nothing heals".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_api_started_while_the_meta_and_the_healing_state_are_lost_reads_the_layout_of_the_positions() {
+    let messages = end_to_end::fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let prefix = unique("heal");
+    runner::build(runner::config(&topics, &prefix, &unique("g")), messages.len() as u64, CONVERGENCE).await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let mut conn = end_to_end::redis().await;
+    let _: () = redis::cmd("HDEL").arg(keys.meta()).arg(shared::layout::FIELD).query_async(&mut conn).await.unwrap();
+    let _: () = redis::cmd("DEL").arg(keys.healing()).query_async(&mut conn).await.unwrap();
+    let app = api::spawn_app(api::config(&prefix, &end_to_end::env("REDIS_URL"))).await;
+    // Asked until the API has read the active generation: then it must refuse, for the lost healing state.
+    let (status, body) = eventually(Duration::from_secs(30), "the API to read the active generation", || async {
+        let response = app.admin_get("/readyz").await;
+        let (status, body) = (response.status(), response.text().await.unwrap_or_default());
+        (!body.contains("not known yet")).then_some((status, body))
+    })
+    .await;
+    assert_eq!(status, 503, "served with the healing state lost: {body}");
+    assert!(body.contains("healing state was lost"), "refused for another reason: {body}");
+    let (status, _) = app.json("/v1/studies", end_to_end::fixture::ACME_KEY).await;
+    assert_eq!(status, 503, "a data route served with the healing state lost");
+}
+
 /// A projector that starts while the generation's layout is found nowhere (the meta and every primary's
 /// positions lost it) reads layout 1 for now, but neither keeps that reading nor records it beside the
 /// positions: once the field is back, a healing state lost afterwards is its generation's rule's again,
