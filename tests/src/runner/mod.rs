@@ -224,15 +224,21 @@ pub async fn rebuild_noting(config: Config) -> (Result<Option<u64>, projector::E
     rebuild_handing_over_at(config, 0).await
 }
 
+/// A test's rebuild options: the old generation deleted a second after the switch, no wait for another
+/// rebuild's lock, handing over within `lag` messages of the ends and giving up on it after `timeout`.
+pub fn rebuild_options(lag: i64, timeout: Duration) -> projector::RebuildOptions {
+    projector::RebuildOptions {
+        grace: Duration::from_secs(1),
+        handover_lag: lag,
+        handover_timeout: timeout,
+        lock_wait: Duration::ZERO,
+    }
+}
+
 /// [`rebuild_noting`], handing over once within `lag` messages of the end of every partition.
 pub async fn rebuild_handing_over_at(config: Config, lag: i64) -> (Result<Option<u64>, projector::Error>, Vec<String>) {
     let notices = std::sync::Mutex::new(Vec::new());
-    let options = projector::RebuildOptions {
-        grace: Duration::from_secs(1),
-        handover_lag: lag,
-        handover_timeout: Duration::from_secs(30),
-        lock_wait: Duration::ZERO,
-    };
+    let options = rebuild_options(lag, Duration::from_secs(30));
     let (_keep_running, running) = watch::channel(false);
     let result = projector::rebuild(config, options, running, &|notice| {
         println!("{notice}");

@@ -166,14 +166,8 @@ async fn converged(app: &TestApp, conn: &mut Connection, keys: &Keyspace, refere
 /// the generation's own rule: 503, never "nothing heals".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_started_while_the_meta_lost_its_layout_reads_the_layout_again_once_written_back() {
-    let messages = end_to_end::fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let prefix = unique("heal");
-    runner::build(runner::config(&topics, &prefix, &unique("g")), messages.len() as u64, CONVERGENCE).await;
-    let keys = Keyspace::new(prefix.clone(), 1);
-    let mut conn = end_to_end::redis().await;
+    let (prefix, keys, mut conn) = built_with_the_meta_layout_lost().await;
     let field = shared::layout::FIELD;
-    let _: () = redis::cmd("HDEL").arg(keys.meta()).arg(field).query_async(&mut conn).await.unwrap();
     let app = api::spawn_app(api::config(&prefix, &end_to_end::env("REDIS_URL"))).await;
     app.wait_serving(CONVERGENCE).await;
 
@@ -192,13 +186,7 @@ async fn an_api_started_while_the_meta_lost_its_layout_reads_the_layout_again_on
 /// 503, never as layout 1's "nothing heals".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_api_started_while_the_meta_and_the_healing_state_are_lost_reads_the_layout_of_the_positions() {
-    let messages = end_to_end::fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let prefix = unique("heal");
-    runner::build(runner::config(&topics, &prefix, &unique("g")), messages.len() as u64, CONVERGENCE).await;
-    let keys = Keyspace::new(prefix.clone(), 1);
-    let mut conn = end_to_end::redis().await;
-    let _: () = redis::cmd("HDEL").arg(keys.meta()).arg(shared::layout::FIELD).query_async(&mut conn).await.unwrap();
+    let (prefix, keys, mut conn) = built_with_the_meta_layout_lost().await;
     let _: () = redis::cmd("DEL").arg(keys.healing()).query_async(&mut conn).await.unwrap();
     let app = api::spawn_app(api::config(&prefix, &end_to_end::env("REDIS_URL"))).await;
     // Asked until the API has read the active generation: then it must refuse, for the lost healing state.
@@ -252,4 +240,17 @@ async fn a_projector_that_found_no_layout_records_none_and_reads_it_again_once_w
         assert_ne!(redis.cli(&["HGET", key, field]), "1", "layout 1 recorded over {key}");
     }
     projector.stop().await;
+}
+
+/// The fixture's dataset built into generation 1 of a prefix of its own, and then the layout field taken
+/// from the generation's meta (as a loss of its primary would): the prefix, its keys and a connection.
+async fn built_with_the_meta_layout_lost() -> (String, Keyspace, Connection) {
+    let messages = end_to_end::fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let prefix = unique("heal");
+    runner::build(runner::config(&topics, &prefix, &unique("g")), messages.len() as u64, CONVERGENCE).await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let mut conn = end_to_end::redis().await;
+    let _: () = redis::cmd("HDEL").arg(keys.meta()).arg(shared::layout::FIELD).query_async(&mut conn).await.unwrap();
+    (prefix, keys, conn)
 }

@@ -134,12 +134,7 @@ async fn a_rebuild_whose_generation_was_switched_past_never_moves_the_active_gen
     let config = runner::config(&topics, &prefix, &group);
     runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
     let pointer = Keyspace::active_generation(&prefix);
-    let options = projector::RebuildOptions {
-        grace: Duration::from_secs(1),
-        handover_lag: 0,
-        handover_timeout: Duration::from_secs(30),
-        lock_wait: Duration::ZERO,
-    };
+    let options = runner::rebuild_options(0, Duration::from_secs(30));
     let (_keep_running, running) = tokio::sync::watch::channel(false);
     let notify = |notice: projector::RebuildNotice| {
         if let projector::RebuildNotice::Building { generation, .. } = notice {
@@ -183,12 +178,7 @@ async fn a_handover_that_finds_the_reports_lost_does_not_take_their_absence_for_
     })
     .await;
 
-    let options = projector::RebuildOptions {
-        grace: Duration::from_secs(1),
-        handover_lag: 0,
-        handover_timeout: Duration::from_secs(60),
-        lock_wait: Duration::ZERO,
-    };
+    let options = runner::rebuild_options(0, Duration::from_secs(60));
     let (_keep_running, running) = tokio::sync::watch::channel(false);
     let notify = |notice: projector::RebuildNotice| {
         if let projector::RebuildNotice::Building { .. } = notice {
