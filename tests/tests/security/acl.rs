@@ -199,6 +199,17 @@ async fn the_projectors_operator_commands_run_as_its_user() {
     assert!(deleted.starts_with("deleted generation 1 (1 keys)"), "{deleted}");
     let gone: bool = redis::cmd("EXISTS").arg(&left).query_async(&mut admin).await.unwrap();
     assert!(!gone, "generation 1's meta is deleted");
+    // One above the active generation, left by a rebuild that stopped (the counter handed it out): deleted
+    // only once nobody writes it, which reads the live projectors' reports (marking them `~since`) and the
+    // rebuild's state and lock, all as this user.
+    let above = Keyspace::new(world.prefix.clone(), 3).meta();
+    let _: () = redis::cmd("HSET").arg(&above).arg("layout").arg("4").query_async(&mut admin).await.unwrap();
+    let counter = Keyspace::generation_counter(&world.prefix);
+    let _: () = redis::cmd("SET").arg(&counter).arg(3).query_async(&mut admin).await.unwrap();
+    let deleted = run(words("generations --delete 3")).await;
+    assert!(deleted.contains("deleted generation 3 (1 keys)"), "{deleted}");
+    let gone: bool = redis::cmd("EXISTS").arg(&above).query_async(&mut admin).await.unwrap();
+    assert!(!gone, "generation 3's meta is deleted");
     // `status` exits with what it found (a dead letter waits here: 2), never 1, a refused command.
     let output = run_projector(&world.topics, &world.prefix, &url, &["--redis-ca-file", ca.as_str(), "status"]).await;
     let said = format!("{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
