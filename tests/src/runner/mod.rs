@@ -114,6 +114,28 @@ pub async fn run(config: Config) -> Result<(), projector::Error> {
     projector::run(config, std::future::pending()).await
 }
 
+/// The fixture's dataset on topics of its own, built into generation 1 under a prefix of its own
+/// (`label` and a unique tail) by a projector of a group of its own.
+pub struct Built {
+    pub topics: Topics,
+    pub prefix: String,
+    pub group: String,
+    /// The configuration that built it.
+    pub config: Config,
+    /// How many events the dataset holds.
+    pub total: u64,
+}
+
+/// Builds [`Built`]: a minute at most.
+pub async fn dataset_built(label: &str) -> Built {
+    let messages = crate::fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let (prefix, group, total) = (unique(label), unique("g"), messages.len() as u64);
+    let config = config(&topics, &prefix, &group);
+    build(config.clone(), total, Duration::from_secs(60)).await;
+    Built { topics, prefix, group, config, total }
+}
+
 /// Runs a projector of `config` until it consumed `total` messages, then stops it.
 pub async fn build(config: Config, total: u64, timeout: Duration) {
     let running = spawn(config).await;

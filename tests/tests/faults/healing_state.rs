@@ -245,10 +245,7 @@ async fn a_projector_that_found_no_layout_records_none_and_reads_it_again_once_w
 /// The fixture's dataset built into generation 1 of a prefix of its own, and then the layout field taken
 /// from the generation's meta (as a loss of its primary would): the prefix, its keys and a connection.
 async fn built_with_the_meta_layout_lost() -> (String, Keyspace, Connection) {
-    let messages = end_to_end::fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let prefix = unique("heal");
-    runner::build(runner::config(&topics, &prefix, &unique("g")), messages.len() as u64, CONVERGENCE).await;
+    let runner::Built { prefix, .. } = runner::dataset_built("heal").await;
     let keys = Keyspace::new(prefix.clone(), 1);
     let mut conn = end_to_end::redis().await;
     let _: () = redis::cmd("HDEL").arg(keys.meta()).arg(shared::layout::FIELD).query_async(&mut conn).await.unwrap();

@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use end_to_end::api;
-use end_to_end::kafka::Topics;
-use end_to_end::{eventually, fixture, redis, runner, unique};
+use end_to_end::{eventually, fixture, redis, runner};
 use redis::AsyncCommands;
 use shared::Keyspace;
 
@@ -15,12 +14,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_projector_started_without_the_active_pointer_puts_back_the_generation_redis_holds_and_begins_none() {
-    let messages = fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let total = messages.len() as u64;
-    let (prefix, group) = (unique("pointer"), unique("g"));
-    let config = runner::config(&topics, &prefix, &group);
-    runner::build(config.clone(), total, DEADLINE).await;
+    let runner::Built { prefix, config, .. } = runner::dataset_built("pointer").await;
     assert_eq!(runner::rebuild(config.clone()).await.expect("rebuild"), Some(2));
     let (first, second) = (Keyspace::new(prefix.clone(), 1), Keyspace::new(prefix.clone(), 2));
     let mut conn = redis().await;
@@ -79,11 +73,7 @@ async fn a_projector_started_without_the_active_pointer_puts_back_the_generation
 /// nothing (here generation 2 is the real one), and it would serve it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repair_or_a_digest_started_without_the_active_pointer_refuses_and_writes_no_pointer() {
-    let messages = fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let (prefix, group) = (unique("pointer"), unique("g"));
-    let config = runner::config(&topics, &prefix, &group);
-    runner::build(config.clone(), messages.len() as u64, DEADLINE).await;
+    let runner::Built { topics, prefix, group, config, .. } = runner::dataset_built("pointer").await;
     assert_eq!(runner::rebuild(config.clone()).await.expect("rebuild"), Some(2));
     let mut conn = redis().await;
     let _: () = conn.del(Keyspace::active_generation(&prefix)).await.unwrap();

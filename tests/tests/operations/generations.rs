@@ -3,8 +3,7 @@
 
 use std::time::Duration;
 
-use end_to_end::kafka::Topics;
-use end_to_end::{eventually, fixture, redis, runner, unique};
+use end_to_end::{eventually, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use shared::Keyspace;
@@ -14,11 +13,7 @@ const DEADLINE: Duration = Duration::from_secs(60);
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_an_active_rebuilding_or_written_one_is_refused()
 {
-    let messages = fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let total = messages.len() as u64;
-    let (prefix, group) = (unique("left"), unique("g"));
-    runner::build(runner::config(&topics, &prefix, &group), total, DEADLINE).await;
+    let runner::Built { topics, prefix, group, total, .. } = runner::dataset_built("left").await;
 
     // Generation 2 built beside it and switched to, as a rebuild does; generation 1 stays, as when the
     // rebuild could not delete it.
@@ -88,11 +83,7 @@ async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_an_active
 /// refused. Without a running rebuild, it goes once no rebuild could have taken the lock again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_generation_whose_rebuild_lost_its_state_is_not_deleted_while_the_rebuild_runs() {
-    let messages = fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let (prefix, group) = (unique("left"), unique("g"));
-    let config = runner::config(&topics, &prefix, &group);
-    runner::build(config.clone(), messages.len() as u64, DEADLINE).await;
+    let runner::Built { topics, prefix, group, config, .. } = runner::dataset_built("left").await;
     // A rebuild that never hands over: it builds generation 2, then waits.
     let rebuild = tokio::spawn(runner::rebuild_handing_over_at(config, -1));
     let (second, mut conn) = (Keyspace::new(prefix.clone(), 2), redis().await);

@@ -128,11 +128,7 @@ async fn recorded_positions(conn: &mut Connection, keys: &Keyspace) -> u64 {
 /// and deletes nothing: moving the pointer back would serve an older read model.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_whose_generation_was_switched_past_never_moves_the_active_generation_back() {
-    let messages = end_to_end::fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let (prefix, group) = (unique("rm"), unique("g"));
-    let config = runner::config(&topics, &prefix, &group);
-    runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
+    let runner::Built { prefix, config, .. } = runner::dataset_built("rm").await;
     let pointer = Keyspace::active_generation(&prefix);
     let options = runner::rebuild_options(0, Duration::from_secs(30));
     let (_keep_running, running) = tokio::sync::watch::channel(false);
@@ -162,11 +158,7 @@ async fn a_rebuild_whose_generation_was_switched_past_never_moves_the_active_gen
 /// again; once it goes on, it sees the handover, pauses, and the switch follows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handover_that_finds_the_reports_lost_does_not_take_their_absence_for_nobody() {
-    let messages = end_to_end::fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let (prefix, group) = (unique("rm"), unique("g"));
-    let config = runner::config(&topics, &prefix, &group);
-    runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
+    let runner::Built { topics, prefix, group, config, .. } = runner::dataset_built("rm").await;
     let mut command = std::process::Command::new(runner::binary());
     command.args(runner::args(&topics, &prefix, &group)).env("RUST_LOG", "warn");
     let live = runner::KillOnDrop(command.stdout(std::process::Stdio::null()).spawn().expect("projector starts"));

@@ -62,11 +62,7 @@ async fn a_switch_undone_by_a_restore_before_any_projector_followed_it_is_served
 /// answer meanwhile is the whole list or 503.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switch_undone_during_the_grace_keeps_the_served_generation_whole_and_the_rebuild_says_so() {
-    let messages = fixture::dataset();
-    let topics = Topics::holding(&messages).await;
-    let prefix = unique("undone-grace");
-    let config = runner::config(&topics, &prefix, &unique("g"));
-    runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
+    let runner::Built { prefix, config, .. } = runner::dataset_built("undone-grace").await;
     let app = spawn_app(api::config(&prefix, &env("REDIS_URL"))).await;
     app.wait_serving(Duration::from_secs(30)).await;
     let studies = || app.studies_total(fixture::ACME_KEY);
