@@ -289,11 +289,37 @@ pub async fn mark_incomplete(
     mark(conn, keys, opened, &[(WHOLE.to_string(), None, losses)]).await
 }
 
-/// Ends the entry of the whole generation, once every partition has an entry of its own.
+/// Ends the entry of the whole generation once every partition has an entry of its own (ARGV[1]), its
+/// losses first added to every partition's entry: another projector may have marked a loss there after
+/// this one wrote its partitions' entries, and still be asking the broker for the partitions' ends. Its
+/// loss then stays on every partition, not only on the entry that goes. ARGV[2]: the field `opened`.
+const END: &str = r"
+local whole = redis.call('HGET', KEYS[1], ARGV[1])
+if not whole then return 0 end
+local fields = redis.call('HGETALL', KEYS[1])
+for i = 1, #fields, 2 do
+  local field, value = fields[i], fields[i + 1]
+  if field ~= ARGV[1] and field ~= ARGV[2] then
+    local target, losses = string.match(value, '^(%d+) (.*)$')
+    if not target then losses = value end
+    local named = {}
+    for loss in string.gmatch(losses .. '; ', '(.-); ') do named[loss] = true end
+    for loss in string.gmatch(whole .. '; ', '(.-); ') do
+      if not named[loss] then
+        losses = losses .. '; ' .. loss
+        named[loss] = true
+      end
+    end
+    redis.call('HSET', KEYS[1], field, target and (target .. ' ' .. losses) or losses)
+  end
+end
+redis.call('HDEL', KEYS[1], ARGV[1])
+return 1
+";
+
+/// Ends the entry of the whole generation, once every partition has an entry of its own (see [`END`]).
 pub async fn end_incomplete(conn: &mut Connection, keys: &Keyspace) -> redis::RedisResult<()> {
-    let mut del = redis::cmd("HDEL");
-    del.arg(keys.healing()).arg(WHOLE);
-    conn.query_all(&[del]).await?;
+    let _: i64 = Script::new(END).key(keys.healing()).arg(WHOLE).arg(HEALING_OPENED).invoke_async(conn).await?;
     Ok(())
 }
 

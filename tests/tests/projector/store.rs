@@ -380,3 +380,34 @@ async fn a_mark_that_finds_the_healing_state_lost_marks_every_slot_and_opens_it_
     let fields: Vec<String> = redis::cmd("HKEYS").arg(old.healing()).query_async(&mut conn).await.unwrap();
     assert_eq!(fields, vec![partition.to_string()], "an old API would read the field as an entry");
 }
+
+/// Two projectors mark losses at once (a soak found it: the healing state's primary flushed while one
+/// partition's heal was still running). The first marks the whole generation incomplete with the loss of
+/// the healing state, which names every slot, and is still asking the broker for the partitions' ends; the
+/// second marks its own loss on every partition and ends the whole generation's entry. The first one's loss
+/// must stay on every partition: dropped, the organizations it was healing are served short.
+#[tokio::test]
+async fn a_loss_another_projector_marked_on_the_whole_generation_stays_when_this_one_ends_that_entry() {
+    use shared::loss::{Loss, Losses};
+    let keys = Keyspace::new(unique("mark"), 4);
+    let mut conn = redis().await;
+    let partitions = [projector::Partition::new("t-study", 0), projector::Partition::new("t-interview", 1)];
+    let first = Losses::one(Loss::HealingLost { generation: 4 });
+    let second = Losses::parse("flush of 127.0.0.1:7001 (aaa 3) slots=0-5460");
+    let opened = projector::Opened::Kept;
+    projector::mark_incomplete(&mut conn, &keys, opened, &first).await.unwrap();
+    projector::mark_incomplete(&mut conn, &keys, opened, &second).await.unwrap();
+    let entries =
+        partitions.iter().map(|p| (p.clone(), projector::Healing { target: 10, losses: second.clone() })).collect();
+    projector::mark_healing(&mut conn, &keys, opened, &entries).await.unwrap();
+    projector::end_incomplete(&mut conn, &keys).await.unwrap();
+
+    let held = projector::healing_entries(&mut conn, &keys).await.unwrap();
+    for partition in &partitions {
+        let entry = &held[partition];
+        assert!(entry.losses.scope().is_everything(), "{partition} heals only {}", entry.losses);
+        assert_eq!(entry.target, 10, "{partition}'s target");
+    }
+    let fields: usize = redis::cmd("HLEN").arg(keys.healing()).query_async(&mut conn).await.unwrap();
+    assert_eq!(fields, partitions.len() + 1, "the partitions' entries and `opened`: the whole one ended");
+}
