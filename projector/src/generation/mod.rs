@@ -5,8 +5,9 @@
 //!
 //! # Layout
 //!
-//! - [`pointer`]: the active generation's pointer and the generation counter, every read and write of
-//!   them (raise, switch, next, first), and the one typed read of both ([`Pointers`]).
+//! - [`pointer`](mod@pointer): the active generation's pointer and the generation counter, every read
+//!   and write of them (`raise`, which is also the switch, `raise_both`, `next`, `first`), and the one
+//!   typed read of both ([`Pointers`]).
 //! - `meta`: a generation's layout, read, checked, written at its start and written back after a loss.
 //! - `keys`: which generations Redis holds (found without the pointers), every key of one, and deleting
 //!   one.
