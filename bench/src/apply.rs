@@ -25,6 +25,9 @@ pub async fn store(target: &Target, prefix: &str) -> Result<Store> {
         .arg(shared::layout::LAYOUT)
         .query_async(&mut conn)
         .await?;
+    // And its healing state opened, with nothing healing: written whole, it is complete. Without the field
+    // an API reads a generation of this layout as having lost its healing state, and answers 503.
+    projector::open_healing(&mut conn, &keys, projector::Opened::of_layout(shared::layout::LAYOUT)).await?;
     Ok(Store::new(conn, keys))
 }
 

@@ -69,7 +69,9 @@ pub use run::{live_instances, Instance, Projector};
 /// The operator's Kafka properties, which the benchmarks' ceilings read with too.
 pub use source::{KafkaOptions, Partition, Properties};
 /// The healing entries of a generation, as projectors mark and read them.
-pub use store::position::{end_incomplete, healing as healing_entries, mark_healing, mark_incomplete, Healing, Opened};
+pub use store::position::{
+    end_incomplete, healing as healing_entries, mark_healing, mark_incomplete, open_healing, Healing, Opened,
+};
 pub use store::{Digest, Store};
 
 #[derive(Debug, thiserror::Error)]
