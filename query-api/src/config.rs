@@ -76,6 +76,14 @@ pub struct Config {
     #[arg(long, env = "MAX_PAGE_MB", default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..))]
     pub max_page_mb: u64,
 
+    /// Most connections held open at once. Past it, a new connection closes the one that has waited
+    /// longest without a request in progress (idle, or still sending its head), and is closed itself only
+    /// when every connection is answering a request; both are counted in `api_connections_closed_total`.
+    /// Each connection holds a descriptor and about 15 KiB: keep it under the descriptor limit, and its
+    /// memory within the pod's.
+    #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_connections: u32,
+
     /// Longest a client may take to send a request's head (line and headers), in milliseconds; past it the
     /// connection is closed.
     #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]

@@ -5,7 +5,7 @@
 //! Where each rule of api.md lives, and the path of one request, from the socket to the read model:
 //!
 //! - [`edge`]: the HTTP edge. `accept` is the connection loop (graceful shutdown within
-//!   `SHUTDOWN_DRAIN_MS`; a connection's clocks, a request head's and an idle connection's: `deadlines`); `edge::app` lists the middleware in the order a request meets them
+//!   `SHUTDOWN_DRAIN_MS`; a connection's clocks, a request head's and an idle connection's: `deadlines`; their cap: `connections`); `edge::app` lists the middleware in the order a request meets them
 //!   (request id, log span, panic guard, `no-store` and `nosniff`, `If-None-Match`: `conditional`,
 //!   compression, the concurrency cap and the timeout: `limits`; on `/v1`, the rate-limit and freshness
 //!   headers), each in a file of its own; `tasks` owns the background tasks.
@@ -127,8 +127,11 @@ pub async fn run(
             }
         });
     }
+    let connections =
+        edge::connections::Connections::new(config.max_connections as usize, state.metrics.connections.clone());
+    let holding = edge::accept::Holding { clocks: config.clocks(), connections, drain: config.shutdown_drain() };
     let app = edge::app(state, &config);
-    edge::accept::serve(listener, app, config.clocks(), config.shutdown_drain(), shutdown).await;
+    edge::accept::serve(listener, app, holding, shutdown).await;
     match refused.get() {
         Some(refusal) => Err(anyhow::anyhow!("cannot connect to the read model's Redis at {target}: {refusal}")),
         None => Ok(()),

@@ -67,6 +67,8 @@ pub struct Metrics {
     /// Connections Redis pushes changes on that are up, and those lost (each drops what it vouched for).
     pub tracking_connections: Gauge,
     pub tracking_lost: Counter,
+    /// Client connections open, and those closed at the cap (`crate::edge::connections`).
+    pub connections: crate::edge::connections::Counts,
 }
 
 impl Default for Metrics {
@@ -138,6 +140,21 @@ impl Default for Metrics {
             "Connections Redis pushed changes on that were lost or stopped serving their slots",
             tracking_lost.clone(),
         );
+        let mut connections = crate::edge::connections::Counts::default();
+        registry.register(
+            "connections_open",
+            "Client connections open (at most MAX_CONNECTIONS)",
+            connections.open.clone(),
+        );
+        let closed = Family::<CauseLabels, Counter>::default();
+        registry.register(
+            "connections_closed",
+            "Client connections closed at MAX_CONNECTIONS, by cause: `shed` (the longest waiting without a \
+             request, closed to make room for a new one) or `refused` (the new one, every other answering)",
+            closed.clone(),
+        );
+        connections.shed = closed.get_or_create(&CauseLabels { cause: "shed" }).clone();
+        connections.refused = closed.get_or_create(&CauseLabels { cause: "refused" }).clone();
         Self {
             registry,
             requests,
@@ -157,6 +174,7 @@ impl Default for Metrics {
             unvouched_reads,
             tracking_connections,
             tracking_lost,
+            connections,
         }
     }
 }

@@ -3,6 +3,7 @@
 //! holding the connection for ever, and a kept-alive connection is closed once idle for
 //! `KEEP_ALIVE_TIMEOUT_MS`. On shutdown the listener stops accepting and the requests in
 //! flight are finished, for at most `SHUTDOWN_DRAIN_MS`: past it the server stops with them unfinished.
+//! At most `MAX_CONNECTIONS` are held at once ([`super::connections`]).
 
 use std::future::Future;
 use std::pin::pin;
@@ -18,6 +19,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use super::connections::Connections;
 use super::deadlines::Deadlines;
 
 /// How long a connection may take over a request head, and may wait idle for its next request.
@@ -27,15 +29,17 @@ pub struct Clocks {
     pub keep_alive: Duration,
 }
 
+/// What the accept loop holds connections to: their clocks, their cap, and the drain on shutdown.
+pub struct Holding {
+    pub clocks: Clocks,
+    pub connections: std::sync::Arc<Connections>,
+    pub drain: Duration,
+}
+
 /// Serves `router` on `listener` until `shutdown` completes, then waits for the connections in flight for
-/// at most `drain`.
-pub async fn serve(
-    listener: TcpListener,
-    router: Router,
-    clocks: Clocks,
-    drain: Duration,
-    shutdown: impl Future<Output = ()>,
-) {
+/// at most the drain.
+pub async fn serve(listener: TcpListener, router: Router, holding: Holding, shutdown: impl Future<Output = ()>) {
+    let Holding { clocks, connections, drain } = holding;
     let graceful = GracefulShutdown::new();
     let mut shutdown = pin!(shutdown);
     loop {
@@ -51,6 +55,8 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
+        // Every connection answering a request: this one is closed (dropped) at once, and counted.
+        let Some(admitted) = connections.admit() else { continue };
         // The peer's address, as axum's `ConnectInfo` (the throttle of unknown keys is per client).
         let service = router.clone().map_request(move |request: Request<Incoming>| {
             let mut request = request.map(Body::new);
@@ -58,7 +64,7 @@ pub async fn serve(
             request
         });
         // hyper's header timeout would also run while the connection waits idle: the stream keeps the clocks.
-        let stream = Deadlines::new(stream, clocks.header, clocks.keep_alive);
+        let stream = Deadlines::new(stream, clocks.header, clocks.keep_alive, admitted.watch.clone());
         let connection = hyper::server::conn::http1::Builder::new()
             .timer(TokioTimer::new())
             .header_read_timeout(None)
@@ -68,6 +74,7 @@ pub async fn serve(
             if let Err(e) = connection.await {
                 tracing::debug!(error = %e, "connection ended with an error");
             }
+            drop(admitted);
         });
     }
     drop(listener);

@@ -7,7 +7,10 @@
 //! connection's stream keeps both clocks here, and hyper's is off.
 //!
 //! The head's end is found by scanning the bytes read for an empty line (`\n`, optional `\r`s, `\n`): a
-//! few hundred bytes per request, read once. A write (the response) makes the connection idle again.
+//! few hundred bytes per request, read once. Empty lines before the request line are not an end (RFC 9112
+//! lets a server skip them, and hyper does): they begin a head, and its clock, but end none, so that a
+//! client sending only line ends is closed on the header clock like any other slow head. A write (the
+//! response) makes the connection idle again.
 
 use std::future::Future;
 use std::io;
@@ -15,8 +18,12 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
+
+use super::connections::Watch;
 
 /// A stream whose reads fail once a started request head is overdue, and end (a clean close) once the
 /// connection has been idle for too long.
@@ -27,23 +34,28 @@ pub struct Deadlines<S> {
     keep_alive: Duration,
     sleep: Pin<Box<Sleep>>,
     armed: Instant,
+    /// What the cap of connections knows of this one (`super::connections`).
+    watch: Arc<Watch>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
     /// Waiting for a request's first byte since this instant.
     Idle(Instant),
-    /// A head begun at this instant; whether the last byte other than `\r` was a `\n`.
-    Head(Instant, bool),
+    /// A head begun at this instant; whether a byte other than a line end came yet (the request line), and
+    /// whether the last byte other than `\r` was a `\n`.
+    Head(Instant, bool, bool),
     /// A request is handled: no clock until its response is written.
     Busy,
 }
 
 impl<S> Deadlines<S> {
-    pub fn new(inner: S, header: Duration, keep_alive: Duration) -> Self {
+    pub fn new(inner: S, header: Duration, keep_alive: Duration, watch: Arc<Watch>) -> Self {
         let now = Instant::now();
         let armed = now + keep_alive;
+        watch.waiting(Some(now));
         Deadlines {
+            watch,
             inner,
             state: State::Idle(now),
             header,
@@ -55,30 +67,35 @@ impl<S> Deadlines<S> {
 
     /// Moves the state on by the bytes just read; `now` is asked for only when a head begins.
     fn read(&mut self, bytes: &[u8], now: impl FnOnce() -> Instant) {
-        let (started, mut after_newline) = match self.state {
+        let (started, mut begun, mut after_newline) = match self.state {
             State::Busy => return,
-            State::Idle(_) => (now(), false),
-            State::Head(started, after_newline) => (started, after_newline),
+            State::Idle(_) => {
+                let now = now();
+                self.watch.waiting(Some(now));
+                (now, false, false)
+            }
+            State::Head(started, begun, after_newline) => (started, begun, after_newline),
         };
         for &byte in bytes {
             if byte == b'\n' {
                 if after_newline {
                     self.state = State::Busy;
+                    self.watch.waiting(None);
                     return;
                 }
-                after_newline = true;
+                after_newline = begun;
             } else if byte != b'\r' {
-                after_newline = false;
+                (begun, after_newline) = (true, false);
             }
         }
-        self.state = State::Head(started, after_newline);
+        self.state = State::Head(started, begun, after_newline);
     }
 
     /// When the connection is overdue, and whether it is a head (an error) rather than idleness.
     fn deadline(&self) -> Option<(Instant, bool)> {
         match self.state {
             State::Idle(since) => Some((since + self.keep_alive, false)),
-            State::Head(started, _) => Some((started + self.header, true)),
+            State::Head(started, ..) => Some((started + self.header, true)),
             State::Busy => None,
         }
     }
@@ -86,6 +103,17 @@ impl<S> Deadlines<S> {
 
 impl<S: AsyncRead + Unpin> AsyncRead for Deadlines<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<io::Result<()>> {
+        // Shed to make room for a new connection (`super::connections`): closed at once unless a request is
+        // in progress, then once it is answered.
+        if self.state != State::Busy && self.watch.shed(cx) {
+            return match self.state {
+                State::Head(..) => Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::ConnectionAborted,
+                    "closed to make room for a new connection",
+                ))),
+                _ => Poll::Ready(Ok(())),
+            };
+        }
         let before = buf.filled().len();
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -161,7 +189,11 @@ impl<S> Deadlines<S> {
     /// timer is left as it is: it is no later than this deadline, and registered with the connection's task.
     fn wrote(&mut self, written: &Poll<io::Result<usize>>) {
         if matches!(written, Poll::Ready(Ok(n)) if *n > 0) {
-            self.state = State::Idle(Instant::now());
+            // Each part of a long answer written moves it on, so that a connection streaming one is never
+            // the longest waiting.
+            let now = Instant::now();
+            self.watch.waiting(Some(now));
+            self.state = State::Idle(now);
         }
     }
 
@@ -178,7 +210,7 @@ mod tests {
     use super::*;
 
     fn deadlines() -> Deadlines<()> {
-        Deadlines::new((), Duration::from_secs(5), Duration::from_secs(75))
+        Deadlines::new((), Duration::from_secs(5), Duration::from_secs(75), Watch::unwatched())
     }
 
     #[tokio::test]
@@ -189,6 +221,12 @@ mod tests {
             (&["GET / HTTP/1.1\nHost: a\n\n"][..], true),
             (&["GET / HTTP/1.1\r\nHost: a\r\n"][..], false),
             (&["GET / HTTP/1.1\r\nHost: a\r\nX: \r\r\n"][..], false),
+            // Empty lines before the request line are skipped (RFC 9112, 2.2): they end no head.
+            (&["\r\n\r\n"][..], false),
+            (&["\n\n\n"][..], false),
+            (&["\r\n", "\r\n", "\n"][..], false),
+            (&["\r\n\r\nGET /v1/studies HTTP/1.1\r\nX: "][..], false),
+            (&["\r\n\r\nGET / HTTP/1.1\r\nHost: a\r\n\r\n"][..], true),
         ] {
             let mut stream = deadlines();
             let now = Instant::now();

@@ -3,6 +3,7 @@
 
 pub mod accept;
 pub mod conditional;
+pub mod connections;
 mod deadlines;
 pub mod freshness;
 pub mod limits;

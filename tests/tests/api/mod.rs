@@ -1,5 +1,6 @@
 //! The API as integrators call it.
 
+mod connections;
 mod conventions;
 mod docs_page;
 mod edge;
