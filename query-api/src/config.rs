@@ -55,6 +55,14 @@ pub struct Config {
     #[arg(long, env = "API_KEY_CACHE_SIZE", default_value_t = 100_000)]
     pub api_key_cache_size: usize,
 
+    /// Most keys kept in memory as invalid (looked up, found in no organization), so that one asked for
+    /// again is answered 401 without a lookup in Redis, and without a token of its client's throttle of
+    /// unknown keys. Each is trusted only while the key index's epoch Redis pushes is the one read with it:
+    /// any API-key event ends them all. Two tables of at most this many are held (about 60 bytes each); 0
+    /// keeps none. Needs `API_KEY_CACHE_SIZE` above 0.
+    #[arg(long, env = "INVALID_KEY_CACHE_SIZE", default_value_t = 50_000)]
+    pub invalid_key_cache_size: usize,
+
     /// Memory for the API keys and organizations' epochs kept in memory, in MiB: what the process holds for
     /// them, every key, value and the table's free room counted (about 330 bytes each). Past it, nothing
     /// more is kept until some goes (a change Redis pushes, five minutes unasked); requests then look up

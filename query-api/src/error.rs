@@ -28,6 +28,10 @@ pub enum ApiError {
     /// The key's rate limit is spent; a token comes back after this long.
     #[error("rate limit exceeded")]
     TooManyRequests(Duration),
+    /// An invalid API key from a client whose throttle of unknown keys is closed for this long: 401, the
+    /// throttle told by `RateLimit: "unknown-keys";r=0;t=<seconds>`.
+    #[error("missing or invalid API key")]
+    InvalidWhileThrottled(Duration),
     /// The client sent too many unknown API keys lately: 429 with `Retry-After`.
     #[error("too many unknown API keys from this client lately")]
     Throttled(Duration),
@@ -52,6 +56,12 @@ impl IntoResponse for ApiError {
             ApiError::Unauthorized => {
                 let mut response = error(StatusCode::UNAUTHORIZED, "missing or invalid API key");
                 response.headers_mut().insert("www-authenticate", "Bearer".parse().expect("valid header"));
+                response
+            }
+            ApiError::InvalidWhileThrottled(wait) => {
+                let mut response = ApiError::Unauthorized.into_response();
+                let throttle = format!("\"unknown-keys\";r=0;t={}", retry_after(wait));
+                response.headers_mut().insert("ratelimit", throttle.parse().expect("valid header"));
                 response
             }
             ApiError::NotFound(what) => error(StatusCode::NOT_FOUND, &format!("{what} not found")),
@@ -115,6 +125,7 @@ impl From<AuthError> for ApiError {
     fn from(e: AuthError) -> Self {
         match e {
             AuthError::Unauthorized => ApiError::Unauthorized,
+            AuthError::InvalidWhileThrottled(wait) => ApiError::InvalidWhileThrottled(wait),
             AuthError::RateLimited(refused) => ApiError::TooManyRequests(refused.wait),
             AuthError::Throttled(wait) => ApiError::Throttled(wait),
             AuthError::IndexLost => ApiError::NotReady(NotServed::KeyIndexLost),

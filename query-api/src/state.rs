@@ -75,8 +75,11 @@ impl AppState {
         let auth = Auth::new(
             model.clone(),
             (config.api_key_cache_size > 0).then(|| tracker.clone()),
-            RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst),
-            UnknownKeys::new(config.unknown_keys_per_second),
+            (
+                RateLimit::new(config.rate_limit_per_second, config.rate_limit_burst),
+                UnknownKeys::new(config.unknown_keys_per_second),
+            ),
+            crate::auth::invalid::InvalidKeys::new(config.invalid_key_cache_size),
             config.trusted_proxies.clone(),
             metrics.clone(),
         );

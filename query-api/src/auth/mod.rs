@@ -5,6 +5,7 @@
 
 pub mod client;
 pub mod credential;
+pub mod invalid;
 pub mod rate_limit;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::read::model::{self, KeyLookup, ReadModel};
 use crate::read::push::{Kind, Known, Tracker};
 use client::Client;
+use invalid::InvalidKeys;
 use rate_limit::{RateLimit, Refused, Standing, UnknownKeys};
 
 /// The organization the request's API key belongs to, and the read-model generation the request reads.
@@ -33,6 +35,10 @@ pub struct Organization {
 pub enum AuthError {
     #[error("missing or invalid API key")]
     Unauthorized,
+    /// An invalid key (kept as such: [`invalid`]) from a client whose throttle of unknown keys is closed
+    /// for this long: 401 all the same, the throttle told by a header.
+    #[error("invalid API key, from a client sending too many unknown ones lately")]
+    InvalidWhileThrottled(Duration),
     /// The key's rate limit is spent; a token comes back after `wait`.
     #[error("rate limit exceeded")]
     RateLimited(Refused),
@@ -54,6 +60,8 @@ pub struct Auth {
     kept: Option<Tracker>,
     per_key: Option<RateLimit>,
     unknown: Option<UnknownKeys>,
+    /// Keys found in no organization, while the key index's epoch Redis pushes is the one read with them.
+    invalid: Option<InvalidKeys>,
     /// The proxies whose `X-Forwarded-For` names the client.
     trusted_proxies: Vec<ipnet::IpNet>,
     /// Whether this instance has seen a key index holding keys (its epoch), in any generation: every
@@ -68,12 +76,30 @@ impl Auth {
     pub fn new(
         model: ReadModel,
         kept: Option<Tracker>,
-        per_key: Option<RateLimit>,
-        unknown: Option<UnknownKeys>,
+        throttles: (Option<RateLimit>, Option<UnknownKeys>),
+        invalid: Option<InvalidKeys>,
         trusted_proxies: Vec<ipnet::IpNet>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { model, kept, per_key, unknown, trusted_proxies, index_seen: AtomicBool::new(false), metrics }
+        let (per_key, unknown) = throttles;
+        // Invalid keys are vouched for by the key index's epoch, which only the tracker keeps.
+        let invalid = invalid.filter(|_| kept.is_some());
+        let index_seen = AtomicBool::new(false);
+        Self { model, kept, per_key, unknown, invalid, trusted_proxies, index_seen, metrics }
+    }
+
+    /// Whether `digest` is kept as invalid, under the key index's epoch Redis pushes now.
+    fn known_invalid(&self, keys: &Keyspace, digest: &[u8; 32]) -> bool {
+        let (Some(invalid), Some(kept)) = (&self.invalid, &self.kept) else { return false };
+        let epoch_key = keys.api_key_epoch();
+        match kept.known(&epoch_key) {
+            Some(Known::Value(epoch)) => invalid.contains(digest, &epoch),
+            // Not kept, or no longer vouched for: read again, and the key looked up.
+            _ => {
+                kept.keep(&epoch_key, model::key_index_epoch(keys), Kind::Key);
+                false
+            }
+        }
     }
 
     /// Who sent a request from `peer` with `headers` ([`client`]).
@@ -106,12 +132,18 @@ impl Auth {
                 self.metrics.key_lookups_memory.inc();
                 return Err(AuthError::Unauthorized);
             }
+            None if self.known_invalid(&keys, &digest) => {
+                self.metrics.key_lookups_memory.inc();
+                let throttled = self.unknown.as_ref().and_then(|u| u.admits(client, Instant::now()).err());
+                return Err(throttled.map_or(AuthError::Unauthorized, AuthError::InvalidWhileThrottled));
+            }
             None => {
                 let now = Instant::now();
                 if let Some(unknown) = &self.unknown {
                     unknown.admits(client, now).map_err(AuthError::Throttled)?;
                 }
                 self.metrics.key_lookups_redis.inc();
+                let mut epoch = None;
                 let org = match self.model.key_lookup(&keys, &sha256).await? {
                     // Not kept either: the absence is the loss's, not the key's.
                     KeyLookup::IndexMissing if self.index_seen.load(Ordering::Relaxed) => {
@@ -125,13 +157,23 @@ impl Auth {
                         }
                         match found {
                             KeyLookup::Organization(id) => Some(id),
-                            _ => None,
+                            KeyLookup::Unknown(read) => {
+                                epoch = Some(read);
+                                None
+                            }
+                            KeyLookup::IndexMissing => None,
                         }
                     }
                 };
-                // Kept from a read of its own, on the connection Redis pushes the key's changes on.
-                if let Some(kept) = &self.kept {
-                    kept.keep(&entry, model::organization_of(&keys, &sha256), Kind::Key);
+                // A live key is kept from a read of its own, on the connection Redis pushes the key's changes
+                // on; an invalid one here, beside the epoch read with it.
+                match (&self.kept, &org, epoch, &self.invalid) {
+                    (Some(kept), Some(_), ..) => kept.keep(&entry, model::organization_of(&keys, &sha256), Kind::Key),
+                    (Some(kept), None, Some(epoch), Some(invalid)) => {
+                        invalid.insert(digest, &epoch);
+                        kept.keep(&keys.api_key_epoch(), model::key_index_epoch(&keys), Kind::Key);
+                    }
+                    _ => {}
                 }
                 let Some(id) = org else {
                     if let Some(unknown) = &self.unknown {

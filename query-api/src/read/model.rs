@@ -54,16 +54,26 @@ pub fn organization_of(keys: &Keyspace, sha256: &str) -> redis::Cmd {
 pub enum KeyLookup {
     /// A live key of this organization.
     Organization(String),
-    /// No live key by that SHA-256, in an index that holds keys.
-    Unknown,
+    /// No live key by that SHA-256, in an index that holds keys; the index's epoch read with it.
+    Unknown(String),
     /// No such key, and no key index either: it was lost, or has never held a key.
     IndexMissing,
 }
 
 /// The read of an organization's epoch (`GET`): what the API keeps in memory, Redis pushing its changes.
 pub fn org_epoch(keys: &Keyspace, org: &str) -> redis::Cmd {
+    get(keys.org_epoch(org))
+}
+
+/// The read of the key index's epoch: what vouches for the invalid keys kept in memory
+/// (`crate::auth::invalid`).
+pub fn key_index_epoch(keys: &Keyspace) -> redis::Cmd {
+    get(keys.api_key_epoch())
+}
+
+fn get(key: String) -> redis::Cmd {
     let mut cmd = redis::cmd("GET");
-    cmd.arg(keys.org_epoch(org));
+    cmd.arg(key);
     cmd
 }
 
@@ -222,8 +232,11 @@ impl ReadModel {
         let mut invocation = KEY_LOOKUP_SCRIPT.key(keys.api_key_sha(sha256));
         invocation.key(keys.api_key_epoch());
         match self.invoke(&invocation).await? {
-            redis::Value::Int(0) => Ok(KeyLookup::IndexMissing),
-            redis::Value::Int(_) => Ok(KeyLookup::Unknown),
+            redis::Value::Int(_) => Ok(KeyLookup::IndexMissing),
+            epoch @ redis::Value::Array(_) => {
+                let (epoch,): (String,) = redis::FromRedisValue::from_redis_value(epoch)?;
+                Ok(KeyLookup::Unknown(epoch))
+            }
             org => Ok(KeyLookup::Organization(redis::FromRedisValue::from_redis_value(org)?)),
         }
     }

@@ -25,8 +25,10 @@ pub const KEY_LOOKUP: &str = r"
 -- KEYS[1] the key's index entry (hash), KEYS[2] the key index's epoch
 local org = redis.call('HGET', KEYS[1], 'org')
 if org then return org end
--- STRLEN rather than EXISTS, which the API's Redis user may not run: an epoch is never empty.
-if redis.call('STRLEN', KEYS[2]) > 0 then return 1 end
+-- The epoch, which tells whether the index holds keys (an epoch is never empty), and which the API keeps
+-- beside the key it found in no organization.
+local epoch = redis.call('GET', KEYS[2])
+if epoch and #epoch > 0 then return {epoch} end
 return 0
 ";
 

@@ -6,6 +6,7 @@ mod docs_page;
 mod edge;
 mod freshness;
 mod http;
+mod invalid_keys;
 mod media;
 mod memory;
 mod pushed;

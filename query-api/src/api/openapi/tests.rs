@@ -282,6 +282,7 @@ fn the_error_examples_are_the_bodies_the_api_sends() {
     let bad_page = || crate::api::pagination::Pagination::parse(Some("pageSize=101")).unwrap_err();
     let everywhere = [
         sent(ApiError::Unauthorized),
+        sent(ApiError::InvalidWhileThrottled(Duration::from_secs(2))),
         sent(ApiError::TooManyRequests(Duration::from_secs(1))),
         sent(ApiError::Internal("a bug".into())),
         sent(ApiError::Overloaded("too many requests in flight")),
