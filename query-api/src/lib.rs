@@ -118,6 +118,15 @@ pub async fn run(
     }
     tasks.spawn(state.clone().prune_rate_limit(std::time::Duration::from_secs(10)));
     tracing::info!(addr = %listener.local_addr()?, prefix = %config.redis.key_prefix, "query API listening");
+    if config.trusted_proxies.is_empty() {
+        tracing::info!(
+            "TRUSTED_PROXIES is empty: each client is its connection's peer, whatever X-Forwarded-For says; behind \
+             a proxy or an Ingress, set it to their ranges (forwarded headers from other peers are counted on the \
+             admin /readyz)"
+        );
+    } else {
+        tracing::info!(trusted_proxies = ?config.trusted_proxies, "X-Forwarded-For is believed from these peers");
+    }
     if let Some(admin) = admin {
         tracing::info!(addr = %admin.local_addr()?, "admin listener: /metrics, /readyz, /livez");
         let app = edge::admin_app(state.clone());

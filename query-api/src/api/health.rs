@@ -37,12 +37,14 @@ pub async fn readyz_detail(State(state): State<AppState>) -> Response {
                 "generation": generation,
                 "latestEvent": freshness.as_of,
                 "caughtUp": freshness.caught_up,
+                "forwardedByUntrustedPeers": state.auth.untrusted_forwards(),
             });
             Json(body).into_response()
         }
         Err(reason) => {
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "not ready", "reason": reason.why() })))
-                .into_response()
+            let untrusted = state.auth.untrusted_forwards();
+            let body = json!({ "status": "not ready", "reason": reason.why(), "forwardedByUntrustedPeers": untrusted });
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
         }
     }
 }

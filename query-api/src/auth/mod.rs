@@ -8,7 +8,7 @@ pub mod credential;
 pub mod invalid;
 pub mod rate_limit;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -69,8 +69,14 @@ pub struct Auth {
     /// lost it (Redis lost it, or a switch came to a generation Redis had lost), and no key is refused for
     /// its absence. A read model that never held a key (no key event yet) has no epoch either.
     index_seen: AtomicBool,
+    /// Requests whose `X-Forwarded-For` came from a peer not in `TRUSTED_PROXIES` (its clients are then
+    /// throttled as one): told on the admin readiness detail, and logged.
+    untrusted_forwards: AtomicU64,
     metrics: Arc<Metrics>,
 }
+
+/// A proxy not trusted, logged once a minute at most.
+static UNTRUSTED_PROXY: shared::log_every::LogEvery = shared::log_every::LogEvery::millis(60_000);
 
 impl Auth {
     pub fn new(
@@ -85,7 +91,8 @@ impl Auth {
         // Invalid keys are vouched for by the key index's epoch, which only the tracker keeps.
         let invalid = invalid.filter(|_| kept.is_some());
         let index_seen = AtomicBool::new(false);
-        Self { model, kept, per_key, unknown, invalid, trusted_proxies, index_seen, metrics }
+        let untrusted_forwards = AtomicU64::new(0);
+        Self { model, kept, per_key, unknown, invalid, trusted_proxies, index_seen, untrusted_forwards, metrics }
     }
 
     /// Whether `digest` is kept as invalid, under the key index's epoch Redis pushes now.
@@ -104,7 +111,26 @@ impl Auth {
 
     /// Who sent a request from `peer` with `headers` ([`client`]).
     pub fn client(&self, peer: Option<std::net::SocketAddr>, headers: &axum::http::HeaderMap) -> Client {
+        if let Some(peer) = peer.filter(|_| headers.contains_key("x-forwarded-for")) {
+            let ip = peer.ip().to_canonical();
+            if !self.trusted_proxies.iter().any(|net| net.contains(&ip)) {
+                self.untrusted_forwards.fetch_add(1, Ordering::Relaxed);
+                if let Some(skipped) = UNTRUSTED_PROXY.allow() {
+                    tracing::warn!(
+                        peer = %ip,
+                        skipped,
+                        "X-Forwarded-For from a peer not in TRUSTED_PROXIES: every client behind it is throttled as \
+                         one; if it is your proxy, add its range to TRUSTED_PROXIES"
+                    );
+                }
+            }
+        }
         Client::from_request(peer, headers, &self.trusted_proxies)
+    }
+
+    /// Requests whose `X-Forwarded-For` came from a peer not trusted, since the start.
+    pub fn untrusted_forwards(&self) -> u64 {
+        self.untrusted_forwards.load(Ordering::Relaxed)
     }
 
     /// The per-key rate limit, when one is configured.

@@ -1,5 +1,6 @@
 //! Invalid keys kept in the API's memory: asked again, refused without a lookup, until any API-key event;
-//! never kept on the connections Redis pushes changes on; refused 401 even while their client is throttled.
+//! never kept on the connections Redis pushes changes on; refused 401 even while their client is throttled;
+//! and the client a throttle counts, when forwarded headers come from a peer not trusted.
 
 use end_to_end::api::{config, spawn_app, TestApp, World, REVOCATION};
 use end_to_end::fixture::{self, key_created, ACME, ACME_KEY};
@@ -84,4 +85,28 @@ async fn a_known_invalid_key_from_a_throttled_client_is_401_with_the_throttle_in
     assert_eq!(response.status(), 401);
     let throttle = response.headers().get("ratelimit").map(|v| v.to_str().unwrap().to_string());
     assert!(throttle.as_deref().is_some_and(|t| t.starts_with("\"unknown-keys\";r=0;t=")), "{throttle:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarded_headers_from_a_peer_not_trusted_are_counted_on_the_admin_readiness_detail() {
+    let world = World::start(&fixture::dataset()).await;
+    let forwarded = |app: &TestApp| {
+        let request = app.client.get(format!("{}/v1/studies", app.address)).bearer_auth(ACME_KEY);
+        request.header("X-Forwarded-For", "203.0.113.10").send()
+    };
+    let untrusted = |detail: serde_json::Value| detail["forwardedByUntrustedPeers"].as_u64();
+    assert_eq!(untrusted(readiness(&world.app).await), Some(0));
+    assert_eq!(forwarded(&world.app).await.unwrap().status(), 200);
+    assert_eq!(untrusted(readiness(&world.app).await), Some(1), "the loopback proxy is not trusted by default");
+    // Trusted: believed, and not counted.
+    let mut api = config(&world.prefix, &env("REDIS_URL"));
+    api.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
+    let app = spawn_app(api).await;
+    app.wait_serving(Duration::from_secs(30)).await;
+    assert_eq!(forwarded(&app).await.unwrap().status(), 200);
+    assert_eq!(untrusted(readiness(&app).await), Some(0));
+}
+
+async fn readiness(app: &TestApp) -> serde_json::Value {
+    app.admin_get("/readyz").await.json().await.unwrap()
 }
