@@ -336,6 +336,11 @@ impl Keyspace {
     }
 }
 
+/// The longest id (an organization's, an aggregate's, an event's, a study's) the read model holds: an event
+/// with a longer one is poison ([`crate::events::decode`]), so the API answers a longer id not found without
+/// a read. Bounds every key a document is stored under.
+pub const MAX_ID_BYTES: usize = 256;
+
 /// Escapes the characters that could end a hash tag or a key segment early.
 fn escape(id: &str) -> String {
     let mut out = String::with_capacity(id.len());

@@ -39,9 +39,9 @@ pub enum ReadError {
     SlotLost,
 }
 
-/// The longest id a read asks Redis for: a longer one is no id the projector wrote, so it is answered as
-/// not found without a read, and never kept.
-pub const MAX_ID_BYTES: usize = 256;
+/// The longest id a read asks Redis for: a longer one is no id the projector wrote (its event was poison),
+/// so it is answered as not found without a read, and never kept.
+pub use shared::keys::MAX_ID_BYTES;
 
 /// Which items of a list: zero-based, both included.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -53,7 +53,12 @@ pub(super) fn body(kind: &str, data: Value) -> Result<Option<(Topic, Body)>, ser
         "study.deleted" => (Study, Body::StudyDeleted),
         "interview.started" => {
             let study_id = parse::<Started>(data)?.study_id;
-            (Interview, Body::InterviewStarted { study_id: non_empty("studyId", study_id)? })
+            let study_id = non_empty("studyId", study_id)?;
+            if study_id.len() > crate::keys::MAX_ID_BYTES {
+                let bound = crate::keys::MAX_ID_BYTES;
+                return Err(serde::de::Error::custom(format!("studyId is longer than {bound} bytes")));
+            }
+            (Interview, Body::InterviewStarted { study_id })
         }
         "interview.participant_identified" => {
             let participant: super::ParticipantIdentified = parse(data)?;

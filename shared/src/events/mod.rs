@@ -172,6 +172,10 @@ pub fn decode(topic: Topic, key: Option<&[u8]>, value: &[u8]) -> Result<Decoded,
         if id.is_empty() {
             return Err(Poison(format!("invalid envelope: {field} is empty")));
         }
+        if id.len() > crate::keys::MAX_ID_BYTES {
+            let bound = crate::keys::MAX_ID_BYTES;
+            return Err(Poison(format!("invalid envelope: {field} is longer than {bound} bytes")));
+        }
     }
     if let Some(key) = key {
         if key != raw.aggregate_id.as_bytes() {

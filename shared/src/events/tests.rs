@@ -260,3 +260,19 @@ fn an_empty_id_is_poison() {
         assert!(reason.contains(field), "{kind}: {reason}");
     }
 }
+
+#[test]
+fn ids_longer_than_the_key_layouts_bound_are_poison_and_ids_at_it_decode() {
+    let at = "a".repeat(crate::keys::MAX_ID_BYTES);
+    let over = "a".repeat(crate::keys::MAX_ID_BYTES + 1);
+    let started = |aggregate: &str, study: &str| message("interview.started", aggregate, json!({"studyId": study}));
+    assert!(matches!(decode(Topic::Interview, None, &started(&at, &at)), Ok(Decoded::Event(_))));
+    assert!(poison(Topic::Interview, &started(&over, "s1")).contains("aggregateId is longer than 256 bytes"));
+    assert!(poison(Topic::Interview, &started("i1", &over)).contains("studyId is longer than 256 bytes"));
+    for field in ["eventId", "organizationId"] {
+        let mut value: Value = serde_json::from_slice(&started("i1", "s1")).unwrap();
+        value[field] = json!(over);
+        let reason = poison(Topic::Interview, &serde_json::to_vec(&value).unwrap());
+        assert!(reason.contains(&format!("{field} is longer than 256 bytes")), "{reason}");
+    }
+}
