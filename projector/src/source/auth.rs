@@ -16,7 +16,6 @@ use aws_config::{BehaviorVersion, Region};
 use aws_credential_types::provider::SharedCredentialsProvider;
 use rdkafka::client::{ClientContext, OAuthToken};
 use rdkafka::consumer::ConsumerContext;
-use tokio::runtime::Handle;
 use tokio::sync::OnceCell;
 
 /// How long one token may take to make (credentials from the instance or STS, then the signature)
@@ -36,18 +35,53 @@ pub enum KafkaAuth {
 
 /// The maker of MSK IAM tokens, shared by every client of the process.
 pub struct MskIam {
+    maker: Arc<Maker>,
+    /// Where tokens are made: a runtime of one thread of its own. librdkafka asks for a token inside a
+    /// poll, which may run on a worker of the process's runtime and block it until the token comes: with
+    /// one worker (a CPU limit of 1) a token made on that runtime would wait for the worker it blocks
+    /// (credentials from STS or the instance's metadata need its IO and timers), and the projector would
+    /// hang, `/livez` with it.
+    runtime: TokenRuntime,
+}
+
+struct Maker {
     /// The region given, or the SDK's own (AWS_REGION, the profile, the instance's).
     region: Option<String>,
-    /// The runtime that fetches credentials: librdkafka asks for tokens on threads of its own.
-    runtime: Option<Handle>,
     /// The region and credentials provider, resolved at the first token (the provider caches
     /// credentials and renews them before they expire).
     sdk: OnceCell<(Region, SharedCredentialsProvider)>,
 }
 
+/// A runtime stopped without waiting when dropped (it may be dropped inside another runtime).
+struct TokenRuntime(Option<tokio::runtime::Runtime>);
+
+impl TokenRuntime {
+    fn new() -> Self {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("msk-iam-tokens")
+            .enable_all()
+            .build()
+            .expect("a runtime for MSK IAM tokens");
+        TokenRuntime(Some(runtime))
+    }
+
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("running until dropped").handle()
+    }
+}
+
+impl Drop for TokenRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
 impl std::fmt::Debug for MskIam {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MskIam").field("region", &self.region).finish_non_exhaustive()
+        f.debug_struct("MskIam").field("region", &self.maker.region).finish_non_exhaustive()
     }
 }
 
@@ -58,8 +92,6 @@ pub enum TokenError {
     NoRegion,
     #[error("no AWS credentials provider for MSK IAM")]
     NoCredentials,
-    #[error("MSK IAM needs a tokio runtime to fetch credentials")]
-    NoRuntime,
     #[error("no MSK IAM token within {MAKE_WITHIN:?}")]
     Timeout,
     #[error("MSK IAM token: {0}")]
@@ -67,21 +99,44 @@ pub enum TokenError {
 }
 
 impl MskIam {
-    /// A token maker with the SDK's default credentials chain. Made inside the runtime that will fetch
-    /// the credentials.
+    /// A token maker with the SDK's default credentials chain.
     pub fn new(region: Option<String>) -> Arc<Self> {
-        Arc::new(Self { region, runtime: Handle::try_current().ok(), sdk: OnceCell::new() })
+        let maker = Arc::new(Maker { region, sdk: OnceCell::new() });
+        Arc::new(Self { maker, runtime: TokenRuntime::new() })
     }
 
     /// A token maker with credentials of its own (tests).
     #[cfg(test)]
     pub fn with_credentials(region: &str, credentials: SharedCredentialsProvider) -> Arc<Self> {
         let sdk = OnceCell::new_with(Some((Region::new(region.to_string()), credentials)));
-        Arc::new(Self { region: Some(region.to_string()), runtime: Handle::try_current().ok(), sdk })
+        let maker = Arc::new(Maker { region: Some(region.to_string()), sdk });
+        Arc::new(Self { maker, runtime: TokenRuntime::new() })
     }
 
-    /// A fresh token, signed now with the current credentials.
+    /// A fresh token, signed now with the current credentials, made on the tokens' own runtime.
+    #[cfg(test)]
     pub async fn token(&self) -> Result<OAuthToken, TokenError> {
+        let maker = Arc::clone(&self.maker);
+        let made = self.runtime.handle().spawn(async move { maker.token().await });
+        made.await.map_err(|e| TokenError::Signer(format!("the task making the token failed: {e}")))?
+    }
+
+    /// [`MskIam::token`] for librdkafka, which asks on a thread of its own or inside a poll (possibly on a
+    /// worker of the process's runtime): the token is made on the tokens' runtime, and waited for here.
+    fn token_blocking(&self) -> Result<OAuthToken, TokenError> {
+        let (sent, made) = std::sync::mpsc::sync_channel(1);
+        let maker = Arc::clone(&self.maker);
+        self.runtime.handle().spawn(async move {
+            let _ = sent.send(tokio::time::timeout(MAKE_WITHIN, maker.token()).await);
+        });
+        made.recv_timeout(MAKE_WITHIN + Duration::from_secs(1))
+            .map_err(|_| TokenError::Timeout)?
+            .map_err(|_| TokenError::Timeout)?
+    }
+}
+
+impl Maker {
+    async fn token(&self) -> Result<OAuthToken, TokenError> {
         let (region, credentials) = self.sdk.get_or_try_init(|| self.resolve()).await?;
         let (token, expires_ms) =
             aws_msk_iam_sasl_signer::generate_auth_token_from_credentials_provider(region.clone(), credentials.clone())
@@ -99,17 +154,6 @@ impl MskIam {
         let sdk = loader.load().await;
         let region = sdk.region().cloned().ok_or(TokenError::NoRegion)?;
         Ok((region, sdk.credentials_provider().ok_or(TokenError::NoCredentials)?))
-    }
-
-    /// [`MskIam::token`] for librdkafka, which asks on a thread of its own or inside a poll (possibly on a
-    /// runtime's worker): the token is made on the runtime from a thread of its own, and waited for.
-    fn token_blocking(self: &Arc<Self>) -> Result<OAuthToken, TokenError> {
-        let runtime = self.runtime.clone().ok_or(TokenError::NoRuntime)?;
-        let this = Arc::clone(self);
-        std::thread::spawn(move || runtime.block_on(async { tokio::time::timeout(MAKE_WITHIN, this.token()).await }))
-            .join()
-            .map_err(|_| TokenError::Signer("the thread making the token panicked".into()))?
-            .map_err(|_| TokenError::Timeout)?
     }
 }
 

@@ -125,3 +125,36 @@ fn key_number(token: &str) -> String {
     let credential = url.split("X-Amz-Credential=AKID").nth(1).unwrap();
     credential.chars().take_while(char::is_ascii_digit).collect()
 }
+
+/// Credentials that take a while, as STS (web identity) or the instance's metadata service do: they wait
+/// on a timer, which needs a runtime that is driven.
+#[derive(Debug)]
+struct Slow;
+
+impl ProvideCredentials for Slow {
+    fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        future::ProvideCredentials::new(async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            Ok(Credentials::new("AKIDSLOW", "SECRETSLOW", None, None, "slow"))
+        })
+    }
+}
+
+#[test]
+fn a_token_asked_for_on_the_only_worker_of_a_runtime_is_made_without_it() {
+    // A CPU limit of 1: one worker, which librdkafka's callback blocks when a poll runs on it.
+    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let iam = runtime.block_on(async { MskIam::with_credentials("eu-west-1", SharedCredentialsProvider::new(Slow)) });
+    let (sent, made) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        let _ = sent.send(Auth(Some(iam)).oauth_token().map(|t| t.token).map_err(|e| e.to_string()));
+    });
+    let made = made.recv_timeout(Duration::from_secs(30));
+    // Not waiting for a worker that may hang.
+    runtime.shutdown_background();
+    let token = made.expect("a token within 30 s, not a hung worker").expect("a token");
+    assert!(verified(&token, "eu-west-1", "SECRETSLOW")["X-Amz-Credential"].starts_with("AKIDSLOW/"));
+}
