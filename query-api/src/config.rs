@@ -92,6 +92,13 @@ pub struct Config {
     #[arg(long, env = "MAX_CONNECTIONS", default_value_t = 4_096, value_parser = clap::value_parser!(u32).range(1..))]
     pub max_connections: u32,
 
+    /// Most all requests together read into memory, in MiB: each read of interviews takes what is free, up
+    /// to its own `MAX_PAGE_MB`, and sends the transcripts beyond what it got a chunk at a time; with less
+    /// than a chunk (1 MiB) free, a request waits (within `REQUEST_TIMEOUT_MS`). Size the memory limit from
+    /// it: about twice this (a read and the body written from it), plus the caches and connections.
+    #[arg(long, env = "MAX_PAGES_MB", default_value_t = 64, value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_pages_mb: u64,
+
     /// Longest a client may take to send a request's head (line and headers), in milliseconds; past it the
     /// connection is closed.
     #[arg(long, env = "HEADER_READ_TIMEOUT_MS", default_value_t = 5_000, value_parser = clap::value_parser!(u64).range(1..))]
@@ -161,6 +168,12 @@ pub use shared::process::{LogFormat, OptionalAddr};
 impl Config {
     /// Refuses settings that no request could work with, with one line that says what to change.
     pub fn validate(&self) -> Result<(), String> {
+        if self.max_page_mb > self.max_pages_mb {
+            let (page, pages) = (self.max_page_mb, self.max_pages_mb);
+            return Err(format!(
+                "MAX_PAGE_MB ({page}) is more than MAX_PAGES_MB ({pages}), what all requests may hold"
+            ));
+        }
         self.redis.validate()
     }
 

@@ -17,7 +17,7 @@
 //!   memory (`read::push`) or in Redis; `rate_limit` throttles per key and unknown keys.
 //! - [`read`]: the read path. `model` is every Redis read (one script each, the scripts in `scripts`);
 //!   `cache` keeps reads in memory, bounded in bytes; `transcript` sends a transcript beyond a request's
-//!   byte budget in chunks; `push` keeps the keys and organizations' epochs Redis pushes the changes of
+//!   byte budget in chunks; `budget` bounds what all requests together read; `push` keeps the keys and organizations' epochs Redis pushes the changes of
 //!   (client tracking), which vouch for what is kept (`push::kept` holds the rule, `push::upkeep` the
 //!   connections); `generation` is the generation served; `freshness`
 //!   how fresh it is, from the projectors' reports and the organization's epoch.

@@ -85,7 +85,8 @@ impl AppState {
         );
         let read_cache = ReadCache::new(budget);
         let max_page = config.max_page_mb * 1024 * 1024;
-        let reads = Reads::new(model.clone(), read_cache, tracker.clone(), max_page, metrics.clone());
+        let pages = crate::read::budget::Budget::new(config.max_pages_mb * 1024 * 1024);
+        let reads = Reads::new(model.clone(), read_cache, tracker.clone(), (max_page, pages), metrics.clone());
         Ok(Self(Arc::new(Parts {
             model,
             generation: Generation::new(&config.redis.key_prefix),

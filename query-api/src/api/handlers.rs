@@ -252,7 +252,7 @@ fn served_size((doc, transcript): &InterviewRead) -> usize {
 
 /// A JSON response of a body written, its long transcripts read from the read model as it is sent.
 fn json(state: &AppState, body: JsonBody) -> Response {
-    let body = body.into_body(state.reads.model());
+    let body = body.into_body(state.reads.model(), state.reads.pages());
     ([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], body).into_response()
 }
 

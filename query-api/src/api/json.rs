@@ -11,6 +11,7 @@ use axum::body::{Body, Bytes};
 use futures::{StreamExt, TryStreamExt};
 
 use crate::api::models::PageInfo;
+use crate::read::budget::{Budget, Held};
 use crate::read::document::Fields;
 use crate::read::model::ReadModel;
 use crate::read::transcript::{self, escape, Long, Transcript};
@@ -97,24 +98,35 @@ impl JsonBody {
 
     /// The body, sent whole when it is all in memory, else in parts, each long transcript read from
     /// `model` a chunk at a time as the client takes it.
-    pub fn into_body(self, model: &ReadModel) -> Body {
+    pub fn into_body(self, model: &ReadModel, budget: &Budget) -> Body {
         if self.parts.is_empty() {
             return Body::from(self.written);
         }
         let mut parts = self.parts;
         parts.push(Part::Written(self.written));
-        let model = model.clone();
+        let (model, budget) = (model.clone(), budget.clone());
         let stream = futures::stream::iter(parts).flat_map(move |part| match part {
             Part::Written(bytes) => futures::stream::once(std::future::ready(Ok(Bytes::from(bytes)))).boxed(),
-            Part::Long(long) => transcript::chunks(model.clone(), long)
-                .map_ok(|raw| {
+            Part::Long(long) => transcript::chunks(model.clone(), long, budget.clone())
+                .map_ok(|(raw, held)| {
                     let mut escaped = Vec::with_capacity(raw.len() + raw.len() / 8);
                     escape(&mut escaped, &raw);
-                    Bytes::from(escaped)
+                    // The chunk's share of the budget goes back once the chunk is sent.
+                    Bytes::from_owner(Escaped(escaped, held))
                 })
                 .boxed(),
         });
         Body::from_stream(stream)
+    }
+}
+
+/// A chunk of a long transcript, escaped, and what it holds of the process's byte budget (given back
+/// when dropped).
+struct Escaped(Vec<u8>, #[allow(dead_code)] Held);
+
+impl AsRef<[u8]> for Escaped {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
     }
 }
 

@@ -5,6 +5,7 @@
 //! A data route reads through [`Reads`]: a read kept in memory when its organization's epoch is the one
 //! Redis last pushed, else one read of Redis, which is then kept.
 
+pub mod budget;
 pub mod cache;
 pub mod document;
 pub mod freshness;
@@ -56,6 +57,9 @@ pub struct Span {
 pub struct Read<T> {
     pub found: Arc<T>,
     pub epoch: Option<Arc<str>>,
+    /// What the read holds of the process's byte budget ([`budget`]), until it is dropped: a read of
+    /// interviews from Redis.
+    pub held: Option<budget::Held>,
 }
 
 impl<T> Deref for Read<T> {
@@ -74,6 +78,8 @@ pub struct Reads {
     /// The most bytes a read of interviews holds (documents and whole transcripts); longer transcripts
     /// are sent a chunk at a time ([`transcript`]).
     budget: u64,
+    /// The bytes all reads together hold ([`budget`]).
+    pages: budget::Budget,
     metrics: Arc<Metrics>,
 }
 
@@ -82,10 +88,16 @@ impl Reads {
         model: ReadModel,
         cache: Option<ReadCache>,
         tracker: Tracker,
-        budget: u64,
+        budget: (u64, budget::Budget),
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { model, cache, tracker, budget, metrics }
+        let (budget, pages) = budget;
+        Self { model, cache, tracker, budget, pages, metrics }
+    }
+
+    /// The bytes all reads together hold, for the chunks of long transcripts.
+    pub fn pages(&self) -> &budget::Budget {
+        &self.pages
     }
 
     /// The read model, for what is read while a response is sent (long transcripts).
@@ -109,7 +121,7 @@ impl Reads {
     /// One completed study's document, if there is one.
     pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> Result<Read<Option<String>>, ReadError> {
         if id.len() > MAX_ID_BYTES {
-            return Ok(Read { found: Arc::new(None), epoch: None });
+            return Ok(Read { found: Arc::new(None), epoch: None, held: None });
         }
         let read = || self.model.study(keys, org, id);
         let unwrap = |kept| if let Stored::Study(kept) = kept { Some(kept) } else { None };
@@ -125,16 +137,23 @@ impl Reads {
         span: Span,
     ) -> Result<Read<Option<Page<InterviewRead>>>, ReadError> {
         if study_id.len() > MAX_ID_BYTES {
-            return Ok(Read { found: Arc::new(None), epoch: None });
+            return Ok(Read { found: Arc::new(None), epoch: None, held: None });
         }
         let key = ReadKey::Interviews { study: study_id.into(), start: span.start, stop: span.stop };
+        let held = std::sync::Mutex::new(None);
         let read = || async {
-            let found = self.model.interviews(keys, org, study_id, span, self.budget).await?;
+            let mut reserved = self.pages.reserve(self.budget).await;
+            let found = self.model.interviews(keys, org, study_id, span, reserved.bytes()).await?;
+            let holds = found.as_ref().map_or(0, |(page, _)| page.items.iter().map(read_bytes).sum());
+            reserved.keep(holds);
+            *held.lock().expect("held") = Some(reserved);
             // A study that is not completed comes without an epoch, so that answer is not kept.
             Ok(found.map_or((None, None), |(page, epoch)| (Some(page), epoch)))
         };
         let unwrap = |kept| if let Stored::Interviews(kept) = kept { Some(kept) } else { None };
-        self.through(keys, org, key, Stored::Interviews, unwrap, read).await
+        let mut read = self.through(keys, org, key, Stored::Interviews, unwrap, read).await?;
+        read.held = held.into_inner().expect("held");
+        Ok(read)
     }
 
     /// One interview's document and transcript, if it is served.
@@ -145,11 +164,20 @@ impl Reads {
         id: &str,
     ) -> Result<Read<Option<InterviewRead>>, ReadError> {
         if id.len() > MAX_ID_BYTES {
-            return Ok(Read { found: Arc::new(None), epoch: None });
+            return Ok(Read { found: Arc::new(None), epoch: None, held: None });
         }
-        let read = || self.model.interview(keys, org, id, self.budget);
+        let held = std::sync::Mutex::new(None);
+        let read = || async {
+            let mut reserved = self.pages.reserve(self.budget).await;
+            let found = self.model.interview(keys, org, id, reserved.bytes()).await?;
+            reserved.keep(found.0.as_ref().map_or(0, read_bytes));
+            *held.lock().expect("held") = Some(reserved);
+            Ok(found)
+        };
         let unwrap = |kept| if let Stored::Interview(kept) = kept { Some(kept) } else { None };
-        self.through(keys, org, ReadKey::Interview(id.into()), Stored::Interview, unwrap, read).await
+        let mut read = self.through(keys, org, ReadKey::Interview(id.into()), Stored::Interview, unwrap, read).await?;
+        read.held = held.into_inner().expect("held");
+        Ok(read)
     }
 
     /// The read kept for `key` when its organization's epoch is the one Redis last pushed; else `read`
@@ -171,14 +199,14 @@ impl Reads {
         let generation = keys.generation();
         let Some(cache) = &self.cache else {
             let (found, epoch) = self.vouched(keys, org, read().await?).await?;
-            return Ok(Read { found: Arc::new(found), epoch: epoch.map(Arc::from) });
+            return Ok(Read { found: Arc::new(found), epoch: epoch.map(Arc::from), held: None });
         };
         let epoch_key = keys.org_epoch(org);
         if let Some(Known::Value(current)) = self.tracker.known(&epoch_key) {
             if let Some((kept, epoch)) = cache.get(generation, org, &key, &current) {
                 if let Some(found) = unwrap(kept) {
                     self.metrics.reads_memory.inc();
-                    return Ok(Read { found, epoch: Some(epoch) });
+                    return Ok(Read { found, epoch: Some(epoch), held: None });
                 }
             }
         }
@@ -189,7 +217,7 @@ impl Reads {
             cache.insert(generation, org, key, wrap(found.clone()), epoch.as_ref());
             self.tracker.keep(&epoch_key, model::org_epoch(keys, org), Kind::Org);
         }
-        Ok(Read { found, epoch })
+        Ok(Read { found, epoch, held: None })
     }
 
     /// A read that found an epoch of the organization, as it is; one that found none (an organization
@@ -202,4 +230,9 @@ impl Reads {
         }
         Ok(read)
     }
+}
+
+/// The bytes an interview as read holds: its document and its transcript (a long one only its key).
+fn read_bytes((doc, transcript): &InterviewRead) -> u64 {
+    (doc.heap_bytes() + transcript.heap_bytes()) as u64
 }

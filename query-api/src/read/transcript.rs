@@ -14,6 +14,7 @@
 use futures::Stream;
 use redis::{RedisResult, Value};
 
+use super::budget::{Budget, Held};
 use super::model::ReadModel;
 use super::scripts::TRANSCRIPT_CHUNK_SCRIPT;
 
@@ -169,14 +170,19 @@ pub fn escape(out: &mut Vec<u8>, raw: &[u8]) {
 /// The transcript's first `length` bytes, one [`CHUNK`] at a time, each read when the previous one was
 /// sent. Fails if a transcript of the organization was rewritten since the page was read, or Redis holds
 /// fewer bytes than that (the transcript shrank).
-pub fn chunks(model: ReadModel, long: Long) -> impl Stream<Item = std::io::Result<Vec<u8>>> {
+///
+/// Each chunk holds its share of the process's byte budget ([`super::budget`]) with it, until the chunk is
+/// dropped (sent).
+pub fn chunks(model: ReadModel, long: Long, budget: Budget) -> impl Stream<Item = std::io::Result<(Vec<u8>, Held)>> {
     futures::stream::try_unfold(0u64, move |start| {
-        let (model, long) = (model.clone(), long.clone());
+        let (model, long, budget) = (model.clone(), long.clone(), budget.clone());
         async move {
             if start >= long.length {
                 return Ok(None);
             }
             let end = (start + CHUNK).min(long.length);
+            // Its escaped copy too, up to an eighth more.
+            let held = budget.reserve((end - start) + (end - start) / 8).await;
             let mut invocation = TRANSCRIPT_CHUNK_SCRIPT.key(&long.key);
             invocation.key(&long.rewritten_key).arg(start).arg(end - 1).arg(&long.rewritten);
             let bytes: Vec<u8> = model.invoke(&invocation).await.map_err(|e| {
@@ -194,7 +200,7 @@ pub fn chunks(model: ReadModel, long: Long) -> impl Stream<Item = std::io::Resul
                 tracing::warn!(key = long.key, "a transcript shrank while it was sent; the response is cut short");
                 return Err(std::io::Error::other("the transcript changed while it was sent"));
             }
-            Ok(Some((bytes, end)))
+            Ok(Some(((bytes, held), end)))
         }
     })
 }
