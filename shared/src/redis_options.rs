@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::redis_tls::TlsOptions;
-use crate::redis_url::{RedisUrl, Target};
+use crate::redis_url::{redact, RedisUrl, Target};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct RedisOptions {
@@ -44,10 +44,62 @@ impl RedisOptions {
     }
 
     /// Refuses a key prefix that would break the key layout (its hash tags), with one line saying why.
+    /// Also refuses a `REDIS_URL` that is no Redis URL, or several URLs without `REDIS_CLUSTER`: both
+    /// binaries say it in the same line, without its password, rather than trying to connect for ever.
     pub fn validate(&self) -> Result<(), String> {
         if self.key_prefix.contains(['{', '}']) {
             return Err(format!("KEY_PREFIX must not contain braces: {:?}", self.key_prefix));
         }
+        let urls = self.url.expose();
+        if !self.cluster && urls.split(',').skip(1).any(|piece| piece.contains("://")) {
+            return Err(format!(
+                "REDIS_URL holds several URLs ({}): give one, or set REDIS_CLUSTER=true for a Redis Cluster",
+                redact(urls)
+            ));
+        }
+        let target = self.target();
+        if target.urls().is_empty() {
+            return Err("REDIS_URL is empty".to_string());
+        }
+        for url in target.urls() {
+            if redis::IntoConnectionInfo::into_connection_info(url.as_str()).is_err() {
+                return Err(format!(
+                    "REDIS_URL {} is not a Redis URL: redis://[user:password@]host:port[/db], rediss:// for TLS",
+                    redact(url)
+                ));
+            }
+        }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Options {
+        #[command(flatten)]
+        redis: RedisOptions,
+    }
+
+    fn validated(args: &[&str]) -> Result<(), String> {
+        Options::parse_from(std::iter::once("test").chain(args.iter().copied())).redis.validate()
+    }
+
+    #[test]
+    fn a_url_that_is_no_redis_url_or_several_without_a_cluster_is_refused_in_one_line_without_its_password() {
+        assert_eq!(validated(&[]), Ok(()));
+        assert_eq!(validated(&["--redis-url", "rediss://user:secret@host:6380/0"]), Ok(()));
+        let cluster = "redis://:pw@a:7000,redis://:pw@b:7001";
+        assert_eq!(validated(&["--redis-url", cluster, "--redis-cluster"]), Ok(()));
+        let several = validated(&["--redis-url", cluster]).unwrap_err();
+        assert!(several.contains("REDIS_CLUSTER=true") && !several.contains("pw"), "{several}");
+        for url in ["127.0.0.1:6379", "localhost:6379", "http://user:secret@host:6379", ""] {
+            let refused = validated(&["--redis-url", url]).unwrap_err();
+            assert!(refused.starts_with("REDIS_URL") && !refused.contains("secret"), "{url}: {refused}");
+            assert!(!refused.contains('\n'), "one line");
+        }
     }
 }
