@@ -73,7 +73,10 @@ pub struct Metrics {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("api");
+        // Unprefixed: the process's metrics keep their conventional names; this binary's are under its prefix.
+        let mut root = Registry::default();
+        shared::process_metrics::register(&mut root, "api", env!("CARGO_PKG_VERSION"), env!("GIT_COMMIT"));
+        let registry = root.sub_registry_with_prefix("api");
         let requests = Family::<RequestLabels, Counter>::default();
         registry.register("requests", "HTTP requests by route, method and status", requests.clone());
         let latency: Latency = Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0001, 2.0, 18)));
@@ -96,12 +99,12 @@ impl Default for Metrics {
             video_links_refused.clone(),
         );
         let (key_lookups_memory, key_lookups_redis) = by_source(
-            &mut registry,
+            registry,
             "key_lookups",
             "API keys looked up, by where: `memory` (kept, Redis pushing their changes) or `redis`",
         );
         let (reads_memory, reads_redis) = by_source(
-            &mut registry,
+            registry,
             "reads",
             "Data reads while reads are kept in memory (READ_CACHE_MB), by where: `memory` or `redis`",
         );
@@ -156,7 +159,7 @@ impl Default for Metrics {
         connections.shed = closed.get_or_create(&CauseLabels { cause: "shed" }).clone();
         connections.refused = closed.get_or_create(&CauseLabels { cause: "refused" }).clone();
         Self {
-            registry,
+            registry: root,
             requests,
             latency,
             auth_failures,

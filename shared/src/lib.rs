@@ -21,7 +21,8 @@
 //! - Background tasks (feature `task`, which `connection` brings): `task` (a spawned task aborted when
 //!   its guard drops: a lease's renewal, the projector's memory gauges, the query API's refresh).
 //! - Around `run()` (feature `process`): `process` (logging, traces, shutdown); and [`log_every`] (a
-//!   repeated warning at most once a period).
+//!   repeated warning at most once a period). Feature `metrics`: `process_metrics` (each binary's
+//!   `*_build_info` and the `process_*` metrics of its `/metrics`).
 
 pub mod cluster_nodes;
 #[cfg(feature = "connection")]
@@ -39,6 +40,8 @@ pub mod loss;
 pub mod owners;
 #[cfg(feature = "process")]
 pub mod process;
+#[cfg(feature = "metrics")]
+pub mod process_metrics;
 pub mod projectors;
 #[cfg(feature = "connection")]
 pub mod redis_options;

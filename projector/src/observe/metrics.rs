@@ -140,7 +140,10 @@ pub struct Metrics {
 
 impl Metrics {
     pub fn new(topics: [String; 3]) -> Self {
-        let mut registry = Registry::with_prefix("projector");
+        // Unprefixed: the process's metrics keep their conventional names; this binary's are under its prefix.
+        let mut root = Registry::default();
+        shared::process_metrics::register(&mut root, "projector", env!("CARGO_PKG_VERSION"), env!("GIT_COMMIT"));
+        let registry = root.sub_registry_with_prefix("projector");
         let events = Family::<EventLabels, Counter>::default();
         registry.register(
             "events",
@@ -196,15 +199,15 @@ impl Metrics {
             "occurredAt of the latest event applied (how fresh the read model is)",
             latest_event.clone(),
         );
-        let redis = super::redis_health::RedisHealth::register(&mut registry);
-        let kafka = super::kafka_health::KafkaHealth::register(&mut registry);
-        let halts = super::halt_health::HaltHealth::register(&mut registry);
+        let redis = super::redis_health::RedisHealth::register(registry);
+        let kafka = super::kafka_health::KafkaHealth::register(registry);
+        let halts = super::halt_health::HaltHealth::register(registry);
         Self {
             halts,
             kafka,
             latest_event,
             redis,
-            registry,
+            registry: root,
             topics,
             events,
             by_outcome: Default::default(),

@@ -124,4 +124,8 @@ async fn past_the_connection_cap_holders_make_room_and_requests_and_livez_still_
     assert!(open <= CAP as f64, "{open} connections open: {metrics}");
     let shed = sample(&metrics, "api_connections_closed_total", &["cause=\"shed\""]);
     assert!(shed >= 2.0 * CAP as f64, "{shed} shed: {metrics}");
+    // The descriptors they took are the process's, on the same page, with the build's version.
+    assert!(sample(&metrics, "process_open_fds", &[]) >= open, "{metrics}");
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(sample(&metrics, "api_build_info", &[&version]), 1.0, "{metrics}");
 }

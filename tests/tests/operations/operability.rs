@@ -58,6 +58,11 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
     assert_eq!(sample(&metrics, events, &[&topic, "type=\"study.retitled\"", "outcome=\"dead_lettered\""]), 1.0);
     assert!(sample(&metrics, "projector_apply_seconds_count", &[]) >= 1.0);
     assert!(sample(&metrics, "projector_batch_size_messages_sum", &[]) >= 6.0);
+    // Its version, to graph a rollout by, and its process, without another exporter.
+    let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
+    assert_eq!(sample(&metrics, "projector_build_info", &[&version, "commit=\""]), 1.0, "{metrics}");
+    assert!(sample(&metrics, "process_resident_memory_bytes", &[]) > 1e6, "{metrics}");
+    assert!(sample(&metrics, "process_open_fds", &[]) >= 3.0, "{metrics}");
     assert_eq!(sample(&metrics, "projector_generation", &[]), 1.0);
     assert!(sample(&metrics, "projector_heartbeat_timestamp_seconds", &[]) > 1.7e9);
     let (status, ready) = get(&format!("{base}/readyz")).await;
