@@ -17,7 +17,7 @@ use shared::Topic;
 pub struct Config {
     /// Kafka bootstrap servers, comma-separated host:port; by default bootstrap.servers of the Kafka
     /// properties, or 127.0.0.1:9092.
-    #[arg(long, env = "KAFKA_BROKERS")]
+    #[arg(global = true, long, env = "KAFKA_BROKERS")]
     pub brokers: Option<String>,
 
     #[command(flatten)]
@@ -28,65 +28,65 @@ pub struct Config {
     pub kafka_properties: Option<Properties>,
 
     /// Consumer group id; every instance of one projection shares it.
-    #[arg(long, env = "PROJECTOR_GROUP_ID", default_value = "read-model-projector")]
+    #[arg(global = true, long, env = "PROJECTOR_GROUP_ID", default_value = "read-model-projector")]
     pub group_id: String,
 
     /// Topic of study events.
-    #[arg(long, env = "STUDY_TOPIC", default_value = "study-events")]
+    #[arg(global = true, long, env = "STUDY_TOPIC", default_value = "study-events")]
     pub study_topic: String,
 
     /// Topic of interview events.
-    #[arg(long, env = "INTERVIEW_TOPIC", default_value = "interview-events")]
+    #[arg(global = true, long, env = "INTERVIEW_TOPIC", default_value = "interview-events")]
     pub interview_topic: String,
 
     /// Topic of organization API-key events.
-    #[arg(long, env = "API_KEY_TOPIC", default_value = "api-key-events")]
+    #[arg(global = true, long, env = "API_KEY_TOPIC", default_value = "api-key-events")]
     pub api_key_topic: String,
 
     #[command(flatten)]
     pub redis: RedisOptions,
 
     /// Generation to write; by default the active one (1 on a new Redis).
-    #[arg(long, env = "PROJECTOR_GENERATION")]
+    #[arg(global = true, long, env = "PROJECTOR_GENERATION")]
     pub generation: Option<u64>,
 
     /// Most messages applied in one batch (one set of pipelined Redis round trips and one offset commit).
-    #[arg(long, env = "BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    #[arg(global = true, long, env = "BATCH_SIZE", default_value_t = 1000, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub batch_size: u32,
 
     /// How long a batch waits to fill up before it is applied, in milliseconds; 0 takes what the broker
     /// has already delivered and waits for nothing more (while a backlog is read, batches fill anyway: the
     /// client fetches ahead).
-    #[arg(long, env = "BATCH_LINGER_MS", default_value_t = 0)]
+    #[arg(global = true, long, env = "BATCH_LINGER_MS", default_value_t = 0)]
     pub batch_linger_ms: u64,
 
     /// Address of the HTTP server of /metrics, /livez and /readyz; `off` to run none.
-    #[arg(long, env = "PROJECTOR_HTTP_ADDR", default_value = "127.0.0.1:9464")]
+    #[arg(global = true, long, env = "PROJECTOR_HTTP_ADDR", default_value = "127.0.0.1:9464")]
     pub http_addr: OptionalAddr,
 
     /// Seconds without progress, while behind, after which /readyz reports the projection stalled.
-    #[arg(long, env = "PROJECTOR_STALL_AFTER_SECS", default_value_t = 60)]
+    #[arg(global = true, long, env = "PROJECTOR_STALL_AFTER_SECS", default_value_t = 60)]
     pub stall_after_secs: u64,
 
     /// The dead-letter limit: how many of a partition's latest messages count. Once more than
     /// DEAD_LETTER_LIMIT_RATIO of them, and at least DEAD_LETTER_LIMIT_MIN, would be set aside as poison,
     /// the partition halts instead (a broken release, a write script Redis does not load), is reported by
     /// /readyz and `projector_partitions_halted`, and is read again every DEAD_LETTER_LIMIT_RETRY_SECS.
-    #[arg(long, env = "DEAD_LETTER_LIMIT_WINDOW", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(global = true, long, env = "DEAD_LETTER_LIMIT_WINDOW", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..))]
     pub dead_letter_limit_window: u32,
 
     /// The share of dead letters among a partition's latest messages above which it halts; 1 turns the
     /// limit off (every poison message is set aside, however many).
-    #[arg(long, env = "DEAD_LETTER_LIMIT_RATIO", default_value_t = 0.5)]
+    #[arg(global = true, long, env = "DEAD_LETTER_LIMIT_RATIO", default_value_t = 0.5)]
     pub dead_letter_limit_ratio: f64,
 
     /// The fewest dead letters among a partition's latest messages that halt it.
-    #[arg(long, env = "DEAD_LETTER_LIMIT_MIN", default_value_t = 20)]
+    #[arg(global = true, long, env = "DEAD_LETTER_LIMIT_MIN", default_value_t = 20)]
     pub dead_letter_limit_min: u32,
 
     /// Seconds a partition halted by the dead-letter limit waits before it is read again from where it
     /// stopped (it goes on if its message there now goes through).
-    #[arg(long, env = "DEAD_LETTER_LIMIT_RETRY_SECS", default_value_t = 30)]
+    #[arg(global = true, long, env = "DEAD_LETTER_LIMIT_RETRY_SECS", default_value_t = 30)]
     pub dead_letter_limit_retry_secs: u64,
 
     /// How the live instances of one projection share the partitions. `group`: they are members of the
@@ -95,11 +95,11 @@ pub struct Config {
     /// each partition is read from the position the read model holds. `redis`: they report themselves
     /// in Redis and split the partitions by rendezvous hashing, for a broker whose group coordinator does
     /// not rebalance correctly (see docs/configuration.md).
-    #[arg(long, env = "PROJECTOR_MEMBERSHIP", value_enum, default_value_t = Membership::Group)]
+    #[arg(global = true, long, env = "PROJECTOR_MEMBERSHIP", value_enum, default_value_t = Membership::Group)]
     pub membership: Membership,
 
     /// Log format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    #[arg(global = true, long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 }
 

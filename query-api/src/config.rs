@@ -215,12 +215,22 @@ mod tests {
     #[test]
     fn settings_no_request_could_work_with_are_refused_at_start() {
         assert!(Config::try_parse_from(["query-api", "--generation-refresh-ms", "0"]).is_err());
+        let page = Config::parse_from(["query-api", "--max-page-mb", "65", "--max-pages-mb", "64"]);
+        assert!(page.validate().unwrap_err().contains("MAX_PAGES_MB"));
         let braces = Config::parse_from(["query-api", "--key-prefix", "rm{x}"]);
         assert!(braces.validate().unwrap_err().contains("KEY_PREFIX"));
         assert!(Config::parse_from(["query-api"]).validate().is_ok());
         let admin = Config::parse_from(["query-api"]).admin_addr.0.expect("an admin listener by default");
         assert!(admin.ip().is_loopback(), "metrics stay off the network unless asked for");
         assert_eq!(Config::parse_from(["query-api", "--admin-addr", "off"]).admin_addr.0, None);
+    }
+
+    #[test]
+    fn every_setting_has_its_row_and_default_in_the_configuration_document() {
+        use clap::CommandFactory;
+        let document = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md"));
+        let problems = shared::settings_doc::undocumented(&Config::command(), document);
+        assert!(problems.is_empty(), "docs/configuration.md: {problems:#?}");
     }
 
     #[test]

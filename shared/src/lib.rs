@@ -22,7 +22,8 @@
 //!   its guard drops: a lease's renewal, the projector's memory gauges, the query API's refresh).
 //! - Around `run()` (feature `process`): `process` (logging, traces, shutdown); and [`log_every`] (a
 //!   repeated warning at most once a period). Feature `metrics`: `process_metrics` (each binary's
-//!   `*_build_info` and the `process_*` metrics of its `/metrics`).
+//!   `*_build_info` and the `process_*` metrics of its `/metrics`). `settings_doc`: the check that every
+//!   setting has its row in docs/configuration.md.
 
 pub mod cluster_nodes;
 #[cfg(feature = "connection")]
@@ -49,6 +50,8 @@ pub mod redis_options;
 pub mod redis_tls;
 pub mod redis_url;
 pub mod scope;
+#[cfg(feature = "process")]
+pub mod settings_doc;
 #[cfg(feature = "task")]
 pub mod task;
 pub mod time;

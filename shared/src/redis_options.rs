@@ -12,24 +12,30 @@ pub struct RedisOptions {
     /// Redis URL of the read model, e.g. redis://127.0.0.1:6379/0, or rediss://user:password@host:port for
     /// TLS and a Redis user; with --redis-cluster, the comma-separated URLs of some nodes of the cluster.
     /// Shown and logged without its password.
-    #[arg(long = "redis-url", env = "REDIS_URL", default_value = "redis://127.0.0.1:6379", hide_env_values = true)]
+    #[arg(
+        global = true,
+        long = "redis-url",
+        env = "REDIS_URL",
+        default_value = "redis://127.0.0.1:6379",
+        hide_env_values = true
+    )]
     pub url: RedisUrl,
 
     #[command(flatten)]
     pub tls: TlsOptions,
 
     /// The read model is a Redis Cluster, reached through the nodes in REDIS_URL.
-    #[arg(long = "redis-cluster", env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    #[arg(global = true, long = "redis-cluster", env = "REDIS_CLUSTER", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub cluster: bool,
 
     /// Prefix of every read-model key (no braces); lets several read models share one Redis.
-    #[arg(long = "key-prefix", env = "KEY_PREFIX", default_value = "rm")]
+    #[arg(global = true, long = "key-prefix", env = "KEY_PREFIX", default_value = "rm")]
     pub key_prefix: String,
 
     /// Timeout of each Redis call (and of connecting), in milliseconds. The API answers 503 to a request
     /// whose read takes longer; the projector retries the call with backoff, and the timeout also bounds how
     /// long a call stuck on a primary that died delays the look that sees the failover.
-    #[arg(long = "redis-timeout-ms", env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
+    #[arg(global = true, long = "redis-timeout-ms", env = "REDIS_TIMEOUT_MS", default_value_t = 1000)]
     pub timeout_ms: u64,
 }
 

@@ -20,16 +20,16 @@ use crate::redis_url::Target;
 pub struct TlsOptions {
     /// PEM file of the CA certificate(s) that signed the Redis server's certificate, for a rediss:// URL (a
     /// private CA, or a managed service's own); by default the system's roots.
-    #[arg(long = "redis-ca-file", env = "REDIS_CA_FILE", value_name = "PEM")]
+    #[arg(global = true, long = "redis-ca-file", env = "REDIS_CA_FILE", value_name = "PEM")]
     pub ca_file: Option<PathBuf>,
 
     /// PEM file of a client certificate (and its chain) to present to Redis, for a server that asks for
     /// one; with REDIS_CLIENT_KEY_FILE.
-    #[arg(long = "redis-client-cert-file", env = "REDIS_CLIENT_CERT_FILE", value_name = "PEM")]
+    #[arg(global = true, long = "redis-client-cert-file", env = "REDIS_CLIENT_CERT_FILE", value_name = "PEM")]
     pub client_cert_file: Option<PathBuf>,
 
     /// PEM file of the private key of REDIS_CLIENT_CERT_FILE.
-    #[arg(long = "redis-client-key-file", env = "REDIS_CLIENT_KEY_FILE", value_name = "PEM")]
+    #[arg(global = true, long = "redis-client-key-file", env = "REDIS_CLIENT_KEY_FILE", value_name = "PEM")]
     pub client_key_file: Option<PathBuf>,
 }
 

@@ -182,4 +182,38 @@ mod tests {
         assert!(!shown.contains("hunter2") && shown.contains("projector:***@redis.example:6380"), "{shown}");
         assert_eq!(cli.config.redis.url.expose(), "rediss://projector:hunter2@redis.example:6380");
     }
+
+    #[test]
+    fn every_setting_has_its_row_and_default_in_the_configuration_document() {
+        use clap::CommandFactory;
+        let document = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/configuration.md"));
+        let problems = shared::settings_doc::undocumented(&Cli::command(), document);
+        assert!(problems.is_empty(), "docs/configuration.md: {problems:#?}");
+    }
+
+    #[test]
+    fn connection_flags_are_taken_after_a_subcommand_too() {
+        use clap::CommandFactory;
+        Cli::command().debug_assert();
+        let after = Cli::try_parse_from([
+            "projector",
+            "status",
+            "--brokers",
+            "kafka:9092",
+            "--redis-url",
+            "redis://redis:6379",
+            "--key-prefix",
+            "rm2",
+            "--kafka-property",
+            "client.id=ops",
+            "--output",
+            "json",
+        ])
+        .expect("flags after the subcommand");
+        assert_eq!(after.config.brokers.as_deref(), Some("kafka:9092"));
+        assert_eq!(after.config.redis.url.expose(), "redis://redis:6379");
+        assert_eq!(after.config.redis.key_prefix, "rm2");
+        assert_eq!(after.config.kafka.kafka_property, [("client.id".to_string(), "ops".to_string())]);
+        assert!(matches!(after.command, Some(super::Command::Status { .. })));
+    }
 }

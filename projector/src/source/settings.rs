@@ -49,12 +49,12 @@ pub struct KafkaOptions {
     /// A Java-style client.properties file of Kafka client properties (key=value lines; # and ! start
     /// comments), applied to every consumer and producer. `sasl.jaas.config` with a username and password
     /// becomes sasl.username and sasl.password; Java-only properties are left out.
-    #[arg(long, env = "KAFKA_PROPERTIES_FILE")]
+    #[arg(global = true, long, env = "KAFKA_PROPERTIES_FILE")]
     pub kafka_properties_file: Option<PathBuf>,
 
     /// One librdkafka property, key=value; repeatable, and wins over the file. Each environment variable
     /// KAFKA_PROPERTY_<NAME> sets one too, its name with dots as underscores (KAFKA_PROPERTY_SASL_MECHANISM).
-    #[arg(long = "kafka-property", value_name = "KEY=VALUE", value_parser = parse_pair, hide_env_values = true)]
+    #[arg(global = true, long = "kafka-property", value_name = "KEY=VALUE", value_parser = parse_pair, hide_env_values = true)]
     pub kafka_property: Vec<(String, String)>,
 
     /// How the Kafka clients authenticate: `properties` (as the Kafka properties say: none, PLAIN, SCRAM,
@@ -62,12 +62,12 @@ pub struct KafkaOptions {
     /// OAUTHBEARER over TLS with tokens signed by IAM credentials from the AWS SDK's default chain, such as
     /// IRSA or an instance role, renewed before they expire). A client.properties file of AWS's Java
     /// client (sasl.mechanism=AWS_MSK_IAM, or its IAM login module) selects `aws-msk-iam` too.
-    #[arg(long, env = "KAFKA_AUTH", value_enum, default_value_t = KafkaAuth::Properties)]
+    #[arg(global = true, long, env = "KAFKA_AUTH", value_enum, default_value_t = KafkaAuth::Properties)]
     pub kafka_auth: KafkaAuth,
 
     /// The AWS region of the MSK cluster, for `aws-msk-iam`; by default the AWS SDK's (AWS_REGION, the
     /// profile's, the instance's).
-    #[arg(long, env = "KAFKA_AWS_REGION")]
+    #[arg(global = true, long, env = "KAFKA_AWS_REGION")]
     pub kafka_aws_region: Option<String>,
 }
 
