@@ -46,30 +46,38 @@ async fn thousands_of_requests_for_long_made_up_ids_leave_the_api_memory_within_
     assert!(grown < 48 * MIB, "the API grew by {} MiB", grown / MIB);
 }
 
+/// A world holding the dataset and `study`, completed, with eight completed interviews `<prefix>0` to
+/// `<prefix>7` (no transcripts yet); their ids.
+async fn study_of_eight(org: &str, study: &str, prefix: &str) -> (World, Vec<String>) {
+    let interviews: Vec<String> = (0..8).map(|i| format!("{prefix}{i}")).collect();
+    let mut messages = fixture::dataset();
+    messages.extend(completed_study(org, study, "2026-04-01T00:00:00Z").messages);
+    for (i, id) in interviews.iter().enumerate() {
+        messages.extend(completed(interview(org, id, study, &format!("2026-03-0{}T00:00:00Z", i + 1))).messages);
+    }
+    (World::start(&messages).await, interviews)
+}
+
+/// A WebVTT transcript of `cue` repeated, at most `len` bytes.
+fn webvtt(cue: &str, len: usize) -> String {
+    let mut text = String::from("WEBVTT\n\n");
+    while text.len() + cue.len() <= len {
+        text.push_str(cue);
+    }
+    text
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_page_and_an_interview_of_large_transcripts_are_served_whole_within_the_byte_budget() {
     const TRANSCRIPT: usize = 4_000_000;
     const LONGEST: usize = 40_000_000;
-    let interviews: Vec<String> = (0..8).map(|i| format!("i_big{i}")).collect();
-    let mut messages = fixture::dataset();
-    messages.extend(completed_study(ACME, "s_big", "2026-04-01T00:00:00Z").messages);
-    for (i, id) in interviews.iter().enumerate() {
-        messages.extend(completed(interview(ACME, id, "s_big", &format!("2026-03-0{}T00:00:00Z", i + 1))).messages);
-    }
-    let world = World::start(&messages).await;
+    let (world, interviews) = study_of_eight(ACME, "s_big", "i_big").await;
     // Transcripts of 4 MB, and one of 40 MB, as the projector would have appended them message after
     // message; with every character JSON escapes, so that a chunk's escaping is checked at its edges.
     let keys = Keyspace::new(world.prefix.clone(), 1);
     let mut conn = redis().await;
     let cue = "00:00:01.000 --> 00:00:02.000\n\"Zoë\" said: a\\b\tc\u{1}é😀\n\n";
-    let text = |len: usize| {
-        let mut text = String::from("WEBVTT\n\n");
-        while text.len() + cue.len() <= len {
-            text.push_str(cue);
-        }
-        text
-    };
-    let (transcript, longest) = (text(TRANSCRIPT), text(LONGEST));
+    let (transcript, longest) = (webvtt(cue, TRANSCRIPT), webvtt(cue, LONGEST));
     for id in &interviews[1..] {
         let _: () = conn.set(keys.transcript(ACME, id), &transcript).await.unwrap();
     }
@@ -131,23 +139,10 @@ async fn with_no_memory_for_keys_and_epochs_a_key_is_looked_up_in_redis_every_ti
 async fn concurrent_pages_of_long_transcripts_hold_the_process_within_its_byte_budget() {
     const TRANSCRIPT: usize = 4_000_000;
     const CLIENTS: usize = 8;
-    let interviews: Vec<String> = (0..8).map(|i| format!("i_wide{i}")).collect();
-    let mut messages = fixture::dataset();
-    messages.extend(completed_study(ACME, "s_wide", "2026-04-01T00:00:00Z").messages);
-    for (i, id) in interviews.iter().enumerate() {
-        messages.extend(completed(interview(ACME, id, "s_wide", &format!("2026-03-0{}T00:00:00Z", i + 1))).messages);
-    }
-    let world = World::start(&messages).await;
+    let (world, interviews) = study_of_eight(ACME, "s_wide", "i_wide").await;
     let keys = Keyspace::new(world.prefix.clone(), 1);
     let mut conn = redis().await;
-    let cue = "00:00:01.000 --> 00:00:02.000\n\"Zoë\" said: hello\n\n";
-    let transcript = {
-        let mut text = String::from("WEBVTT\n\n");
-        while text.len() + cue.len() <= TRANSCRIPT {
-            text.push_str(cue);
-        }
-        text
-    };
+    let transcript = webvtt("00:00:01.000 --> 00:00:02.000\n\"Zoë\" said: hello\n\n", TRANSCRIPT);
     for id in &interviews {
         let _: () = conn.set(keys.transcript(ACME, id), &transcript).await.unwrap();
     }
