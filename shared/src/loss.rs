@@ -26,8 +26,8 @@ pub enum Loss {
     /// The positions the read model held for a partition (`first`) are gone.
     PositionsLost { first: String, generation: u64, slots: Slots },
     /// At start, the read model holds positions behind the consumer group's commits on `partitions`
-    /// partitions (`first` described): lost while no projector looked.
-    PositionsBehind { partitions: usize, first: String, generation: u64 },
+    /// partitions (`first` described), on the primaries serving `slots`: lost while no projector looked.
+    PositionsBehind { partitions: usize, first: String, generation: u64, slots: Slots },
     /// A live projector that followed a switch to `generation` found it holding less than it had applied
     /// on `partitions` partitions (`first` described): Redis lost what the rebuild wrote before its switch,
     /// or the projector wrote to an older generation for a while.
@@ -62,6 +62,7 @@ impl Loss {
             | Loss::Restart { slots, .. }
             | Loss::Failover { slots, .. }
             | Loss::PositionsLost { slots, .. }
+            | Loss::PositionsBehind { slots, .. }
                 if !slots.is_empty() =>
             {
                 Scope::slots(slots.clone())
@@ -99,9 +100,11 @@ impl fmt::Display for Loss {
             Loss::PositionsLost { first, generation, slots } => {
                 write!(f, "positions lost on {first} of generation {generation}{}", describe(slots))
             }
-            Loss::PositionsBehind { partitions, first, generation } => write!(
+            Loss::PositionsBehind { partitions, first, generation, slots } => write!(
                 f,
-                "positions behind the group's commits at start on {partitions} partitions ({first}) of generation {generation}"
+                "positions behind the group's commits at start on {partitions} partitions ({first}) of generation \
+                 {generation}{}",
+                describe(slots)
             ),
             Loss::SwitchedShort { partitions, first, generation } => write!(
                 f,
@@ -159,7 +162,7 @@ impl Loss {
             let (partitions, rest) = rest.split_once(" partitions (")?;
             let (first, generation) = rest.rsplit_once(") of generation ")?;
             let (partitions, generation) = (partitions.parse().ok()?, generation.parse().ok()?);
-            Loss::PositionsBehind { partitions, first: first.to_string(), generation }
+            Loss::PositionsBehind { partitions, first: first.to_string(), generation, slots }
         } else if let Some(rest) = body.strip_prefix("a switch to generation ") {
             let (generation, rest) = rest.split_once(" holding less than was applied on ")?;
             let (partitions, first) = rest.split_once(" partitions (")?;
@@ -295,7 +298,18 @@ mod tests {
             Loss::Restart { node: node.clone(), run_id: run_id.clone(), slots: vec![(1, 2)] },
             Loss::Failover { node, run_id, slots: vec![(5461, 10922)] },
             Loss::PositionsLost { first: "t-study/2".into(), generation: 4, slots: vec![(100, 200)] },
-            Loss::PositionsBehind { partitions: 2, first: "t/0 at nothing below 7".into(), generation: 1 },
+            Loss::PositionsBehind {
+                partitions: 2,
+                first: "t/0 at nothing below 7".into(),
+                generation: 1,
+                slots: vec![],
+            },
+            Loss::PositionsBehind {
+                partitions: 1,
+                first: "t/1 at 3 below 7".into(),
+                generation: 2,
+                slots: vec![(0, 5460)],
+            },
             Loss::SwitchedShort { partitions: 3, first: "t/1 at 4 below 9".into(), generation: 2 },
             Loss::EpochGone { key: "rm:g1:{o}:epoch".into() },
             Loss::GenerationBack { from: 3, to: 2 },
@@ -317,6 +331,7 @@ mod tests {
             "failover to 127.0.0.1:7001 (abc) slots=5461-10922",
             "positions lost on t-study/2 of generation 4 slots=100-200",
             "positions behind the group's commits at start on 2 partitions (t/0 at nothing below 7) of generation 1",
+            "positions behind the group's commits at start on 1 partitions (t/1 at 3 below 7) of generation 2 slots=0-5460",
             "a switch to generation 2 holding less than was applied on 3 partitions (t/1 at 4 below 9)",
             "rm:g1:{o}:epoch is gone",
             "the active generation went back from 3 to 2",

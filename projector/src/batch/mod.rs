@@ -114,7 +114,11 @@ pub async fn step(
             };
         }
     };
-    // Shutting down: commit synchronously, so that a restart does not apply the batch again.
+    // What the guard recorded before the batch may be committed now; the batch itself once a later look
+    // records it. Shutting down: commit synchronously, so that a restart does not apply more again.
+    if let Some(recorded) = guard.recorded() {
+        source.recorded(recorded);
+    }
     if let Err(e) = span.in_scope(|| source.commit(&batch, &halts, *stopped.borrow())) {
         tracing::warn!(error = %e, "could not stop reading a halted partition; its messages are left untaken");
     }

@@ -86,7 +86,7 @@ pub async fn run(
     // The new generation says how far it applied each partition before anyone reads it, and is switched
     // to only if Redis kept everything this rebuild wrote, and only while this rebuild holds the lock.
     let keys = projector.store.keys().clone();
-    let losses = watch.losses(&keys, &projector.source.positions()).await?;
+    let losses = watch.record(&keys, &mut projector.source).await?;
     if !losses.is_empty() {
         return postpone(conn, &rebuild_key, projector, watch, losses, notify).await;
     }

@@ -152,7 +152,7 @@ async fn rebuild(
             None if last_recorded.elapsed() >= Duration::from_secs(1) => {
                 last_recorded = Instant::now();
                 let keys = projector.store.keys().clone();
-                match watch.losses(&keys, &projector.source.positions()).await {
+                match watch.record(&keys, &mut projector.source).await {
                     Ok(losses) if !losses.is_empty() => Some(losses),
                     Ok(_) => None,
                     Err(e) => {

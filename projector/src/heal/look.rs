@@ -18,7 +18,7 @@ use shared::Keyspace;
 
 use super::loss::{self, NodeInfo, Seen};
 use crate::observe::{Metrics, NodeLabels};
-use crate::source::Partition;
+use crate::source::{Partition, Source};
 use crate::store::{is_refused, position};
 use crate::store::{Doubt, Guard};
 
@@ -31,6 +31,8 @@ pub struct Watch {
     pub written: position::Recorded,
     /// Where this projector's partitions stand, as of the batch about to be written.
     positions: HashMap<Partition, i64>,
+    /// The positions the latest look recorded on every primary, until the source takes them.
+    recorded: Option<HashMap<Partition, i64>>,
     /// Redis refused `INFO` to this user: only the positions tell a loss.
     info_refused: bool,
     /// The layout of a generation (generation, layout), as the store read it: recorded beside the
@@ -46,6 +48,7 @@ impl Watch {
             seen: Seen::default(),
             written: position::Recorded::new(),
             positions: HashMap::new(),
+            recorded: None,
             info_refused: false,
             layout: None,
         }
@@ -66,6 +69,17 @@ impl Watch {
             // keys live elsewhere (without them, a loss names every slot).
             let (first, generation, slots) = (first.to_string(), keys.generation(), lost.slots);
             losses.0.push(Loss::PositionsLost { first, generation, slots });
+        } else {
+            self.recorded = Some(positions.clone());
+        }
+        Ok(losses)
+    }
+
+    /// [`Watch::losses`] of where `source` stands; what was recorded, `source` may commit.
+    pub async fn record(&mut self, keys: &Keyspace, source: &mut Source) -> RedisResult<Losses> {
+        let losses = self.losses(keys, &source.positions()).await?;
+        if let Some(recorded) = self.recorded.take() {
+            source.recorded(recorded);
         }
         Ok(losses)
     }
@@ -110,6 +124,10 @@ impl Watch {
 impl Guard for Watch {
     fn positions(&mut self, positions: HashMap<Partition, i64>) {
         self.positions = positions;
+    }
+
+    fn recorded(&mut self) -> Option<HashMap<Partition, i64>> {
+        self.recorded.take()
     }
 
     fn layout(&mut self, generation: u64, layout: u32) {

@@ -61,9 +61,10 @@ impl Heal {
             }
             opened = Some(Opened::of_layout(layout));
         }
-        match self.watch.losses(&keys, &projector.source.positions()).await {
+        match self.watch.record(&keys, projector.source).await {
             Ok(losses) if !losses.is_empty() => return self.lost(projector, losses).await,
-            Ok(_) => {}
+            // What is recorded now may be committed: a quiet partition's last batch too.
+            Ok(_) => projector.source.commit_recorded(),
             Err(e) => tracing::warn!(error = %e, "could not ask the read model's Redis about itself"),
         }
         // The healing state lost on its own (its primary's flush seen by no look: a user without INFO, a
@@ -159,10 +160,11 @@ impl Heal {
     }
 
     /// On shutdown, once the last batch is applied: records the positions, so that the next start reads
-    /// nothing twice, unless Redis lost data since the last look (then the next start finds out).
-    pub async fn leave(&mut self, projector: &Parts<'_>) {
+    /// nothing twice, unless Redis lost data since the last look (then the next start finds out). The
+    /// caller commits what was recorded.
+    pub async fn leave(&mut self, projector: &mut Parts<'_>) {
         let keys = projector.store.keys().clone();
-        match self.watch.losses(&keys, &projector.source.positions()).await {
+        match self.watch.record(&keys, projector.source).await {
             Ok(losses) if losses.is_empty() => {}
             Ok(losses) => tracing::warn!(%losses, "Redis lost data; the next start reads it again"),
             Err(e) => tracing::warn!(error = %e, "could not record the positions in Redis"),
@@ -264,16 +266,31 @@ pub async fn behind_commits(
     let committed = if only_marked { source.committed_by_projectors()? } else { source.committed()? };
     let committed: HashMap<Partition, i64> = committed.into_iter().filter(|(_, offset)| *offset > 0).collect();
     let partitions: Vec<Partition> = committed.keys().cloned().collect();
-    let held = position::read(conn, keys, &partitions).await?;
-    let mut behind: Vec<String> = held
+    let mut behind = std::collections::BTreeMap::new();
+    let mut slots = Vec::new();
+    for (served, held) in position::read_each(conn, keys, &partitions).await? {
+        let mut here = false;
+        for (p, at) in held.into_iter().filter(|(p, at)| at.is_none_or(|at| at < committed[p])) {
+            here = true;
+            let low = behind.entry(p).or_insert(at);
+            *low = low.zip(at).map(|(a, b)| a.min(b));
+        }
+        if here {
+            slots.extend(served);
+        }
+    }
+    let first = behind
         .iter()
-        .filter(|(p, at)| at.is_none_or(|at| at < committed[*p]))
-        .map(|(p, at)| format!("{p} at {} below {}", at.map_or("nothing".into(), |o| o.to_string()), committed[p]))
-        .collect();
-    behind.sort();
-    Ok(behind.first().map(|first| Loss::PositionsBehind {
+        .next()
+        .map(|(p, at)| format!("{p} at {} below {}", at.map_or("nothing".into(), |o| o.to_string()), committed[p]));
+    // The slots of the primaries that hold less: the API goes on serving the organizations elsewhere (a
+    // primary that serves no slots, one Redis, names none: every slot).
+    slots.sort();
+    slots.dedup();
+    Ok(first.map(|first| Loss::PositionsBehind {
         partitions: behind.len(),
-        first: first.clone(),
+        first,
         generation: keys.generation(),
+        slots,
     }))
 }

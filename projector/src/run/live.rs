@@ -52,8 +52,8 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
             break;
         }
     }
+    heal.leave(&mut projector.healing()).await;
     projector.source.commit_applied();
-    heal.leave(&projector.healing()).await;
     let _ = members::leave(&mut conn, &projector.config.redis.key_prefix, &id).await;
     tracing::info!(counts = ?projector.metrics.counts(), "projector stopped");
     Ok(())
@@ -151,13 +151,12 @@ async fn pause(
     target: u64,
     stopped: &mut watch::Receiver<bool>,
 ) -> Result<bool, Error> {
-    projector.source.commit_applied();
     // The rebuild catches up with what this projector applied as its generation's positions say (a commit
-    // can fail, or still be on its way): they are recorded before it reports itself paused. Until they
-    // are, it goes on, and pauses at a later look.
+    // can fail, or still be on its way): they are recorded before it reports itself paused, and then
+    // committed. Until they are, it goes on, and pauses at a later look.
     let keys = projector.store.keys().clone();
-    match heal.watch.losses(&keys, &projector.source.positions()).await {
-        Ok(losses) if losses.is_empty() => {}
+    match heal.watch.record(&keys, &mut projector.source).await {
+        Ok(losses) if losses.is_empty() => projector.source.commit_applied(),
         Ok(losses) => {
             heal.lost(&mut projector.healing(), losses).await?;
             return Ok(true);

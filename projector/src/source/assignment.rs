@@ -50,15 +50,20 @@ impl Source {
         // them (under the group, commits never wait: see `commit_offsets`).
         self.commit_applied();
         self.applied.retain(|partition, _| share.contains(partition));
+        self.recorded.retain(|partition| share.contains(partition));
         self.limit.retain(|partition| share.contains(partition));
         let mut starts = Vec::new();
         for partition in new.iter().cloned() {
             match start(&partition) {
                 Some(offset) => {
                     starts.push((partition.clone(), offset));
+                    self.recorded.hold([(partition.clone(), offset)]);
                     self.applied.insert(partition, offset)
                 }
-                None => self.applied.remove(&partition),
+                None => {
+                    self.recorded.forget(&partition);
+                    self.applied.remove(&partition)
+                }
             };
         }
         self.assigned = share;

@@ -10,6 +10,7 @@ mod dead_letter_limit;
 mod offsets;
 mod prerequisites;
 mod reader;
+mod recorded;
 mod settings;
 mod undelivered;
 
@@ -97,6 +98,8 @@ pub struct Source {
     linger: Duration,
     /// One past the last message applied, per partition: what a synchronous commit re-commits.
     applied: HashMap<Partition, i64>,
+    /// The positions Redis holds: what a commit may reach ([`recorded`]).
+    recorded: recorded::Recorded,
     /// Every partition of the three topics, and when that list was last read from the broker.
     partitions: Option<(Instant, Vec<Partition>)>,
     /// The partitions assigned by the last [`Source::assign`].
@@ -156,6 +159,7 @@ impl Source {
             batch_size: config.batch_size as usize,
             linger: config.linger(),
             applied: HashMap::new(),
+            recorded: recorded::Recorded::default(),
             partitions: None,
             assigned: BTreeSet::new(),
             undelivered: undelivered::Passer::new(consumer::end_reader(config)?),
@@ -189,17 +193,20 @@ impl Source {
             && self.limit.is_waiting(&Partition::new(record.topic_name, record.partition))
     }
 
-    /// Commits a batch that was applied, but for the partitions that halted in it, which are committed up
-    /// to where they halted and read no more until their wait is over: asynchronously, or synchronously
-    /// when `sync` (shutting down). A failed commit is logged, not fatal: applying the batch again after a
-    /// restart changes nothing.
+    /// Takes a batch as applied, but for the partitions that halted in it, which are taken up to where
+    /// they halted and read no more until their wait is over; then commits what Redis holds the
+    /// positions of ([`Source::recorded`]): asynchronously, or synchronously when `sync` (shutting down).
+    /// A failed commit is logged, not fatal: applying the batch again after a restart changes nothing.
     pub fn commit(&mut self, batch: &Batch, halts: &[(Partition, i64)], sync: bool) -> Result<(), BrokerError> {
         let mut next = offsets::next_offsets(batch.records());
         next.retain(|partition, _| !self.limit.is_waiting(partition));
         next.extend(halts.iter().cloned());
-        let mode = if sync { CommitMode::Sync } else { CommitMode::Async };
-        self.commit_offsets(next.iter().map(|(p, o)| (p, *o)), mode);
         self.applied.extend(next);
+        if sync {
+            self.commit_applied();
+        } else {
+            self.commit_recorded();
+        }
         if halts.is_empty() {
             return Ok(());
         }
@@ -215,10 +222,22 @@ impl Source {
         Ok(due)
     }
 
-    /// Commits, synchronously, every offset applied so far (async commits may still be in flight); a
-    /// group member's commits never wait.
-    pub fn commit_applied(&self) {
-        self.commit_offsets(self.applied.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
+    /// Redis holds these positions now (a look recorded them): commits may reach them.
+    pub fn recorded(&mut self, positions: HashMap<Partition, i64>) {
+        self.recorded.hold(positions);
+    }
+
+    /// Commits, asynchronously, what was applied and is recorded, where it moved since the last commit.
+    pub fn commit_recorded(&mut self) {
+        let offsets = self.recorded.committable(&self.applied, true);
+        self.commit_offsets(offsets.iter().map(|(p, o)| (p, *o)), CommitMode::Async);
+    }
+
+    /// Commits, synchronously, every offset applied so far that Redis holds the position of (async
+    /// commits may still be in flight); a group member's commits never wait.
+    pub fn commit_applied(&mut self) {
+        let offsets = self.recorded.committable(&self.applied, false);
+        self.commit_offsets(offsets.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
     }
 
     fn commit_offsets<'a>(&self, offsets: impl IntoIterator<Item = (&'a Partition, i64)>, mode: CommitMode) {
@@ -273,6 +292,11 @@ impl Source {
         let back: Vec<(Partition, i64)> =
             ours.iter().map(|(p, start)| ((*p).clone(), start.unwrap_or_else(|| earliest[*p]))).collect();
         self.applied.extend(back.iter().cloned());
+        // Redis holds each start (it was read there), or nothing of a partition read from its earliest.
+        self.recorded.hold(ours.iter().filter_map(|(p, start)| Some(((*p).clone(), (**start)?))));
+        for (partition, _) in ours.iter().filter(|(_, start)| start.is_none()) {
+            self.recorded.forget(partition);
+        }
         self.commit_offsets(back.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
         self.reposition()
     }
@@ -298,8 +322,8 @@ impl Source {
             .collect();
         let moved = tokio::task::block_in_place(|| self.undelivered.look(&standing))?;
         if !moved.is_empty() {
+            // Committed once a look has recorded them.
             self.applied.extend(moved.iter().cloned());
-            self.commit_offsets(moved.iter().map(|(p, o)| (p, *o)), CommitMode::Async);
         }
         Ok(moved)
     }

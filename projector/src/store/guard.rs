@@ -18,6 +18,12 @@ pub trait Guard {
     /// Where the partitions stand before the batch about to be written (what the guard may record).
     fn positions(&mut self, _positions: HashMap<Partition, i64>) {}
 
+    /// The positions the last check recorded on every primary, once taken: what the batch's commit may
+    /// reach (none: nothing recorded since).
+    fn recorded(&mut self) -> Option<HashMap<Partition, i64>> {
+        None
+    }
+
     /// The layout of `generation`, as the store read it (what the guard may record beside the positions).
     fn layout(&mut self, _generation: u64, _layout: u32) {}
 

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use redis::{Script, Value};
 use shared::connection::{Connection, Node};
 use shared::keys::HEALING_OPENED;
-use shared::loss::{HealingEntry, Loss, Losses};
+use shared::loss::{HealingEntry, Loss, Losses, Slots};
 use shared::Keyspace;
 
 use crate::source::Partition;
@@ -181,8 +181,27 @@ pub async fn read(
     partitions: &[Partition],
 ) -> redis::RedisResult<HashMap<Partition, Option<i64>>> {
     let mut lowest: HashMap<Partition, Option<i64>> = partitions.iter().map(|p| (p.clone(), Some(i64::MAX))).collect();
+    for (_, held) in read_each(conn, keys, partitions).await? {
+        for (p, value) in held {
+            let entry = lowest.get_mut(&p).expect("every partition has an entry");
+            *entry = match (*entry, value) {
+                (Some(low), Some(v)) => Some(low.min(v)),
+                _ => None,
+            };
+        }
+    }
+    Ok(lowest)
+}
+
+/// The positions of `partitions` each primary holds, with the slots it serves.
+pub async fn read_each(
+    conn: &mut Connection,
+    keys: &Keyspace,
+    partitions: &[Partition],
+) -> redis::RedisResult<Vec<(Slots, HashMap<Partition, Option<i64>>)>> {
+    let mut each = Vec::new();
     if partitions.is_empty() {
-        return Ok(lowest);
+        return Ok(each);
     }
     for node in conn.nodes().await? {
         let mut get = redis::cmd("HMGET");
@@ -191,15 +210,9 @@ pub async fn read(
             get.arg(p.to_string());
         }
         let values: Vec<Option<i64>> = redis::from_redis_value(conn.query_all(&[get]).await?.remove(0))?;
-        for (p, value) in partitions.iter().zip(values) {
-            let entry = lowest.get_mut(p).expect("every partition has an entry");
-            *entry = match (*entry, value) {
-                (Some(low), Some(v)) => Some(low.min(v)),
-                _ => None,
-            };
-        }
+        each.push((node.slots.clone(), partitions.iter().cloned().zip(values).collect()));
     }
-    Ok(lowest)
+    Ok(each)
 }
 
 /// What a projector last wrote, per position key and partition: what the next write expects to find.

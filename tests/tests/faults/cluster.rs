@@ -208,7 +208,8 @@ fn organizations_on(
 /// A primary flushed while no projector runs, so that no loss is marked: its organizations' keys are still
 /// found (the key index lives elsewhere), their data is gone. The API, finding such an organization
 /// without its epoch, sees that primary holding none of the projector's positions either and answers 503,
-/// never an empty list; the other primaries' organizations are served; a projector that starts heals it.
+/// never an empty list; the other primaries' organizations are served; a projector that starts heals it,
+/// and its start's loss names that primary's slots, so the others are still served meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_a_primary_flushed_while_no_projector_runs_never_serves_its_organizations_empty() {
     let cluster = OwnCluster::start(Persistence::Snapshots).await;
@@ -249,4 +250,11 @@ async fn on_a_cluster_a_primary_flushed_while_no_projector_runs_never_serves_its
         "the flushed primary's organizations waited: {waited:?}"
     );
     assert!(!kept.is_empty() && kept.iter().all(|s| *s == 200), "the others were served: {kept:?}");
+    // The start that finds the loss names the flushed primary's slots: the others are served throughout.
+    let after: Vec<u16> =
+        probes.iter().filter(|p| p.at >= restarting && served.contains(&p.org)).map(|p| p.status).collect();
+    assert!(
+        !after.is_empty() && after.iter().all(|s| *s == 200),
+        "the others were served while the start's loss healed: {after:?}"
+    );
 }

@@ -9,7 +9,7 @@ use end_to_end::dump::dump;
 use end_to_end::fixture::{self, key, ACME, ACME_KEY};
 use end_to_end::kafka::{self, Topics, PARTITIONS};
 use end_to_end::scenario::{self, Scenario};
-use end_to_end::{env, eventually, read_model, redis, runner, unique};
+use end_to_end::{env, eventually, metrics, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
 use shared::Keyspace;
@@ -168,4 +168,87 @@ async fn two_api_instances_answer_alike_and_follow_key_deletions_and_generation_
         (answers(ACME_KEY).await == before).then_some(())
     })
     .await;
+}
+
+/// How many times a projector is started beside the busy one.
+const STARTS: usize = 10;
+
+/// A rolling deploy or a scale-out starts a projector beside a busy one. The start's check compares the
+/// broker's commits with the positions Redis holds, for every partition, including those the busy one is
+/// applying at that moment: a commit must never lead the positions recorded, or the check counts a loss
+/// that never happened and every organization is answered 503 until it is projected again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn projectors_started_and_stopped_beside_a_busy_one_count_no_loss_and_the_api_answers_no_503() {
+    let scenario = Scenario::generate(0x5eed_0063, 6, 40, 8);
+    let orgs = scenario.organizations();
+    let topics = Topics::create().await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let busy = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    let app = spawn_app(config(&prefix, &env("REDIS_URL"))).await;
+
+    // About 300 events a second, for as long as the starts take, in bursts twice a second (as producers
+    // that batch send them): between two bursts the busy projector has applied and committed the last.
+    let publishing = {
+        let (topics, messages) = (topics.clone(), scenario.messages.clone());
+        tokio::spawn(async move {
+            let producer = kafka::producer();
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            // Again and again: the second time round every event is a duplicate, applied as one.
+            for chunk in messages.chunks(150).cycle() {
+                tick.tick().await;
+                kafka::publish(&producer, &topics, chunk).await;
+            }
+        })
+    };
+    let asking = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let requests = {
+        let (asking, orgs) = (asking.clone(), orgs.clone());
+        tokio::spawn(async move {
+            let (mut answered, mut unavailable) = (0u64, 0u64);
+            while asking.load(std::sync::atomic::Ordering::Relaxed) {
+                for org in &orgs {
+                    let status = app.get("/v1/studies", Some(&format!("{org}-secret1"))).await.status();
+                    answered += 1;
+                    unavailable += u64::from(status == 503);
+                }
+            }
+            (answered, unavailable)
+        })
+    };
+    let conn = redis().await;
+    let losses =
+        |running: &runner::Running| metrics::sample(&running.metrics_text(), "projector_redis_losses_total", &[]);
+    let mut counted = Vec::new();
+    for start in 0..STARTS {
+        let (applied, began) = (busy.consumed(), std::time::Instant::now());
+        let second = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+        // Both hold their share (rarely none of the nine for one of them: see the test above).
+        eventually(Duration::from_secs(60), "two projectors to share the partitions", || async {
+            let all = runner::instances(&conn, &prefix).await;
+            let held: usize = all.iter().map(|(_, partitions, _)| *partitions).sum();
+            (all.len() == 2 && held == ALL_PARTITIONS).then_some(())
+        })
+        .await;
+        // Left while both apply the stream.
+        eventually(Duration::from_secs(60), "the stream applied meanwhile", || async {
+            (busy.consumed() + second.consumed() > applied + 300).then_some(())
+        })
+        .await;
+        let meanwhile = busy.consumed() + second.consumed() - applied;
+        eprintln!("start {start}: shared, and {meanwhile} applied, in {:?}", began.elapsed());
+        counted.push((start, losses(&second)));
+        second.stop().await;
+    }
+    counted.push((STARTS, losses(&busy)));
+    asking.store(false, std::sync::atomic::Ordering::Relaxed);
+    let (answered, unavailable) = requests.await.unwrap();
+    publishing.abort();
+    busy.stop().await;
+    assert!(answered > 100, "{answered} requests answered");
+    let counted_none = counted.iter().all(|(_, losses)| *losses == 0.0);
+    assert!(
+        counted_none && unavailable == 0,
+        "losses counted (start, losses; the last is the busy one): {counted:?}; {unavailable} of {answered} \
+         requests answered 503"
+    );
 }
