@@ -45,6 +45,15 @@ pub fn config(prefix: &str, redis_url: &str) -> query_api::Config {
     ])
 }
 
+/// [`spawn_app`], once the instance serves the read model (its first read of the generation found it
+/// complete): until then an instance answers every request 503, which a test of what a running instance
+/// answers must not take for its answer (a busy machine makes that first read late).
+pub async fn spawn_serving_app(config: query_api::Config) -> TestApp {
+    let app = spawn_app(config).await;
+    app.wait_serving(Duration::from_secs(60)).await;
+    app
+}
+
 /// Starts the API and its admin listener on free loopback ports.
 pub async fn spawn_app(config: query_api::Config) -> TestApp {
     crate::test_log();

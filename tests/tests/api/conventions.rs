@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use end_to_end::api::{config, spawn_app, World};
+use end_to_end::api::{config, spawn_serving_app, World};
 use end_to_end::events::event;
 use end_to_end::fixture::{self, ACME, ACME_KEY, GLOBEX_KEY};
 use end_to_end::{env, eventually};
@@ -173,7 +173,7 @@ async fn rate_limit_headers_count_down_and_are_absent_when_the_limit_is_off() {
     let world = World::start(&fixture::dataset()).await;
     let mut limited = config(&world.prefix, &env("REDIS_URL"));
     (limited.rate_limit_per_second, limited.rate_limit_burst) = (1, 3);
-    let app = spawn_app(limited).await;
+    let app = spawn_serving_app(limited).await;
     let first = app.get("/v1/studies", Some(ACME_KEY)).await;
     assert_eq!(first.status(), 200);
     assert_eq!(header(first.headers(), "ratelimit-policy"), Some("\"default\";q=3;w=3"));

@@ -2,7 +2,7 @@
 //! made up to grow the metrics, buckets that are hosts, an API that starts before its Redis, and a client
 //! that stops reading while the API stops.
 
-use end_to_end::api::{config, spawn_app, World};
+use end_to_end::api::{config, spawn_app, spawn_serving_app, World};
 use end_to_end::events::key_sha256;
 use end_to_end::fixture::{self, interview, ACME, ACME_KEY};
 use end_to_end::metrics::sample;
@@ -264,7 +264,7 @@ async fn with_a_per_key_rate_limit_a_key_past_its_burst_gets_429_with_retry_afte
     let world = World::start(&fixture::dataset()).await;
     let mut limited = config(&world.prefix, &env("REDIS_URL"));
     (limited.rate_limit_per_second, limited.rate_limit_burst) = (1, 3);
-    let app = spawn_app(limited).await;
+    let app = spawn_serving_app(limited).await;
     // The burst of three passes; past it, one token a second, so requests in quick succession are refused.
     for _ in 0..3 {
         assert_eq!(app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
@@ -298,7 +298,7 @@ async fn a_client_sending_random_keys_is_throttled_alone_and_valid_keys_of_other
     // Every key is looked up in Redis (none kept in memory); the tests' loopback is the trusted proxy.
     (throttled.api_key_cache_size, throttled.unknown_keys_per_second) = (0, 1);
     throttled.trusted_proxies = vec!["127.0.0.0/8".parse().unwrap()];
-    let app = spawn_app(throttled).await;
+    let app = spawn_serving_app(throttled).await;
     let (abuser, other) = ("203.0.113.7", "198.51.100.1");
     // The abuser's random keys are refused, then throttled with a client error, not a 503; while it is,
     // its own valid key waits too (its bucket refills once a second: asked again if it did meanwhile).

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use end_to_end::api::{config, spawn_app, World};
+use end_to_end::api::{config, spawn_serving_app, World};
 use end_to_end::fixture::{self, interview, ACME, ACME_KEY};
 use end_to_end::metrics::sample;
 use end_to_end::{env, eventually, s3, unique};
@@ -112,7 +112,7 @@ async fn a_video_gets_no_link_without_storage_details() {
     let world = World::start(&[fixture::dataset(), videos(ACME_KEY, &object)].concat()).await;
     let mut without_bucket = config(&world.prefix, &env("REDIS_URL"));
     without_bucket.s3_bucket = None;
-    let app = spawn_app(without_bucket).await;
+    let app = spawn_serving_app(without_bucket).await;
     let (status, body) = app.json("/v1/interviews/v_default", ACME_KEY).await;
     assert_eq!((status, &body["videoDownloadURL"]), (200, &Value::Null), "no bucket for it");
     assert!(app.json("/v1/interviews/v_bucket", ACME_KEY).await.1["videoDownloadURL"].is_string());
@@ -121,6 +121,6 @@ async fn a_video_gets_no_link_without_storage_details() {
 
     let mut disabled = config(&world.prefix, &env("REDIS_URL"));
     disabled.s3_disabled = true;
-    let app = spawn_app(disabled).await;
+    let app = spawn_serving_app(disabled).await;
     assert_eq!(app.json("/v1/interviews/v_bucket", ACME_KEY).await.1["videoDownloadURL"], Value::Null);
 }

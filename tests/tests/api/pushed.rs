@@ -6,7 +6,7 @@
 
 use std::time::{Duration, Instant};
 
-use end_to_end::api::{config, spawn_app, TestApp, World};
+use end_to_end::api::{config, spawn_app, spawn_serving_app, TestApp, World};
 use end_to_end::events::event;
 use end_to_end::fixture::{self, ACME, ACME_KEY};
 use end_to_end::own_redis::OwnRedis;
@@ -134,7 +134,7 @@ where
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_change_is_pushed_to_two_instances_that_keep_the_study_and_served_by_both_every_time() {
     let world = World::start_with(&fixture::dataset(), |api| api.generation_refresh_ms = 60_000).await;
-    let other = spawn_app(without_timer(&world.prefix)).await;
+    let other = spawn_serving_app(without_timer(&world.prefix)).await;
     let keys = Keyspace::new(world.prefix.clone(), 1);
     let producer = kafka::producer();
     for app in [&world.app, &other] {
@@ -175,7 +175,7 @@ async fn a_deleted_key_is_pushed_to_two_instances_that_keep_it_and_refused_by_bo
         messages.extend(fixture::key(ACME, id, secret).messages);
     }
     let world = World::start_with(&messages, |api| api.generation_refresh_ms = 60_000).await;
-    let other = spawn_app(without_timer(&world.prefix)).await;
+    let other = spawn_serving_app(without_timer(&world.prefix)).await;
     let index = Keyspace::new(world.prefix.clone(), 1);
     let producer = kafka::producer();
     for app in [&world.app, &other] {

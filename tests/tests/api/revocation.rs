@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use end_to_end::api::{config, spawn_app, TestApp, World, REVOCATION};
+use end_to_end::api::{config, spawn_serving_app, TestApp, World, REVOCATION};
 use end_to_end::fixture::{self, key_created, key_deleted};
 use end_to_end::{env, eventually, kafka, metrics, redis};
 use redis::AsyncCommands;
@@ -73,7 +73,7 @@ async fn a_key_deleted_under_load_is_refused_by_every_api_instance_within_a_seco
     let key = fixture::key("org_load", "k_load", SECRET);
     let study = fixture::completed_study("org_load", "s", "2026-03-01T00:00:00Z").messages;
     let world = World::start(&[key.messages.clone(), study].concat()).await;
-    let other = spawn_app(config(&world.prefix, &env("REDIS_URL"))).await;
+    let other = spawn_serving_app(config(&world.prefix, &env("REDIS_URL"))).await;
     assert_eq!(world.app.json("/v1/studies", SECRET).await.0, 200);
 
     let stop = Arc::new(AtomicBool::new(false));

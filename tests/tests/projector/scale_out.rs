@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use end_to_end::api::{config, spawn_app, unsigned, World};
+use end_to_end::api::{config, spawn_serving_app, unsigned, World};
 use end_to_end::dump::dump;
 use end_to_end::fixture::{self, key, ACME, ACME_KEY};
 use end_to_end::kafka::{self, Topics, PARTITIONS};
@@ -119,7 +119,7 @@ async fn a_rebuild_switches_every_live_projector_of_the_group_once() {
 async fn two_api_instances_answer_alike_and_follow_key_deletions_and_generation_switches_within_a_second() {
     let extra = key(ACME, "extra", "a-second-acme-key-0001");
     let world = World::start(&[fixture::dataset(), extra.messages.clone()].concat()).await;
-    let other = spawn_app(config(&world.prefix, &env("REDIS_URL"))).await;
+    let other = spawn_serving_app(config(&world.prefix, &env("REDIS_URL"))).await;
     let apps = [&world.app, &other];
     let paths = [
         "/v1/studies",
@@ -184,7 +184,7 @@ async fn projectors_started_and_stopped_beside_a_busy_one_count_no_loss_and_the_
     let topics = Topics::create().await;
     let (prefix, group) = (unique("rm"), unique("g"));
     let busy = runner::spawn(runner::config(&topics, &prefix, &group)).await;
-    let app = spawn_app(config(&prefix, &env("REDIS_URL"))).await;
+    let app = spawn_serving_app(config(&prefix, &env("REDIS_URL"))).await;
 
     // About 300 events a second, for as long as the starts take, in bursts twice a second (as producers
     // that batch send them): between two bursts the busy projector has applied and committed the last.
