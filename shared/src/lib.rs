@@ -20,7 +20,8 @@
 //!   repair's hold and lease).
 //! - Background tasks (feature `task`, which `connection` brings): `task` (a spawned task aborted when
 //!   its guard drops: a lease's renewal, the projector's memory gauges, the query API's refresh).
-//! - Around `run()` (feature `process`): `process` (logging, traces, shutdown); and [`log_every`] (a
+//! - Around `run()` (feature `process`): `process` (logging, traces, shutdown), `json_log` (the flat
+//!   JSON line with trace and span ids); and [`log_every`] (a
 //!   repeated warning at most once a period). Feature `metrics`: `process_metrics` (each binary's
 //!   `*_build_info` and the `process_*` metrics of its `/metrics`). `settings_doc`: the check that every
 //!   setting has its row in docs/configuration.md.
@@ -32,6 +33,8 @@ pub mod cluster_pipeline;
 pub mod connection;
 pub mod documents;
 pub mod events;
+#[cfg(feature = "process")]
+pub mod json_log;
 pub mod keys;
 pub mod layout;
 #[cfg(feature = "connection")]

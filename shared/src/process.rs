@@ -43,7 +43,7 @@ pub fn init_tracing(format: LogFormat, service: &'static str) -> Telemetry {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
     let logs = match format {
         LogFormat::Text => fmt::layer().with_writer(std::io::stderr).boxed(),
-        LogFormat::Json => fmt::layer().json().with_writer(std::io::stderr).boxed(),
+        LogFormat::Json => crate::json_log::layer(std::io::stderr).boxed(),
     };
     let (provider, failed) = match std::env::var(ENDPOINT) {
         Ok(endpoint) if !endpoint.is_empty() => match tracer_provider(service) {

@@ -1,6 +1,6 @@
 //! Traces across the bus: the real binaries export to a receiver of the test's own (`otlp`) when
 //! `OTEL_EXPORTER_OTLP_ENDPOINT` names it. A request carrying a W3C `traceparent` is traced under the
-//! caller's trace; a batch of the projector links to the trace of each message whose headers carry one;
+//! caller's trace, and its JSON access line carries that trace's id and its span's; a batch of the projector links to the trace of each message whose headers carry one;
 //! and a dead letter keeps the headers of its message, through a replay too.
 
 use std::process::{Command, Stdio};
@@ -34,7 +34,7 @@ fn study(id: &str) -> Outgoing {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id() {
+async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id_and_logged_with_its_ids() {
     let receiver = Receiver::start().await;
     let exe = std::env::current_exe().expect("test binary path");
     let binary = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("query-api");
@@ -46,10 +46,12 @@ async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id() {
         .args(["--listen-addr", &format!("127.0.0.1:{port}"), "--admin-addr", "off", "--key-prefix", &unique("api")])
         .args(["--redis-url", &env("REDIS_URL"), "--s3-disabled", "true"])
         .arg(format!("--redis-cluster={}", redis_cluster()))
-        .env("RUST_LOG", "warn")
         .stdout(Stdio::null());
+    let logs = std::env::temp_dir().join(format!("{}.log", unique("traced")));
+    let file = std::fs::File::create(&logs).expect("a log file");
+    command.env("RUST_LOG", "info").env("LOG_FORMAT", "json").stderr(file);
     exporting_to(&mut command, &receiver);
-    let _api = KillOnDrop(command.spawn().expect("query-api starts"));
+    let api = KillOnDrop(command.spawn().expect("query-api starts"));
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
     eventually(Duration::from_secs(10), "the API to answer /livez", || async {
         let live = client.get(format!("{address}/livez")).send().await;
@@ -73,6 +75,17 @@ async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id() {
     assert_eq!(span.service, "query-api", "{span:?}");
     assert_eq!(span.name, "request", "{span:?}");
     assert_eq!(span.parent_span_id, caller, "a child of the caller's span: {span:?}");
+
+    // Its access line, flat, with the ids of the span it was written in.
+    drop(api);
+    let text = std::fs::read_to_string(&logs).unwrap();
+    let lines: Vec<serde_json::Value> = text.lines().filter_map(|line| serde_json::from_str(line).ok()).collect();
+    let access: Vec<&serde_json::Value> =
+        lines.iter().filter(|l| l["target"] == "access" && l["route"] == "/v1/studies").collect();
+    assert_eq!(access.len(), 1, "{text}");
+    assert_eq!((&access[0]["trace_id"], &access[0]["span_id"]), (&trace_id.into(), &span.span_id.into()), "{text}");
+    assert_eq!((&access[0]["status"], &access[0]["span"]["name"]), (&401.into(), &"request".into()), "{text}");
+    std::fs::remove_file(&logs).ok();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
