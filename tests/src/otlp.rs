@@ -26,6 +26,12 @@ pub struct Span {
     pub parent_span_id: String,
     /// The trace and span ids of each link.
     pub links: Vec<(String, String)>,
+    /// `SPAN_KIND_SERVER`, `SPAN_KIND_CONSUMER`, ... as OTLP names them.
+    pub kind: String,
+    /// `STATUS_CODE_UNSET`, `STATUS_CODE_OK` or `STATUS_CODE_ERROR`.
+    pub status: String,
+    /// The span's attributes, each value as text (an integer's digits, a string as it is).
+    pub attributes: std::collections::BTreeMap<String, String>,
 }
 
 /// The receiver, listening on a free loopback port until dropped.
@@ -95,6 +101,7 @@ async fn export(State(spans): State<Arc<Mutex<Vec<Span>>>>, headers: HeaderMap, 
             _ => None,
         });
         for span in resource_spans.scope_spans.into_iter().flat_map(|scope| scope.spans) {
+            let kind = span.kind().as_str_name().to_string();
             received.push(Span {
                 service: service.clone().unwrap_or_default(),
                 name: span.name,
@@ -102,6 +109,22 @@ async fn export(State(spans): State<Arc<Mutex<Vec<Span>>>>, headers: HeaderMap, 
                 span_id: hex::encode(span.span_id),
                 parent_span_id: hex::encode(span.parent_span_id),
                 links: span.links.into_iter().map(|l| (hex::encode(l.trace_id), hex::encode(l.span_id))).collect(),
+                kind,
+                status: span.status.map(|s| s.code().as_str_name().to_string()).unwrap_or_default(),
+                attributes: span
+                    .attributes
+                    .into_iter()
+                    .map(|a| {
+                        let text = match a.value.and_then(|v| v.value) {
+                            Some(Value::StringValue(s)) => s,
+                            Some(Value::IntValue(i)) => i.to_string(),
+                            Some(Value::BoolValue(b)) => b.to_string(),
+                            Some(Value::DoubleValue(d)) => d.to_string(),
+                            other => format!("{other:?}"),
+                        };
+                        (a.key, text)
+                    })
+                    .collect(),
             });
         }
     }

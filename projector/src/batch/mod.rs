@@ -97,7 +97,7 @@ pub async fn step(
     // A halted partition is not read; should the consumer still deliver it, nothing of it is taken.
     let records: Vec<Record<'_>> = batch.records().filter(|r| !source.is_waiting(r)).collect();
     guard.positions(source.positions());
-    let span = batch_span(&batch);
+    let span = batch_span(&batch, source.group());
     let (writer, limit) = source.dead_letters();
     let mut poison = Poison { writer, limit, batch: &batch };
     let halts = match project(&records, &mut poison, store, metrics, guard, stopped).instrument(span.clone()).await {
@@ -154,8 +154,38 @@ pub const MAX_LINKS: usize = 128;
 
 /// A batch's span, linked to the trace context (`traceparent`, `tracestate`) of each of its messages
 /// that carries one, each context once.
-fn batch_span(batch: &Batch) -> tracing::Span {
-    let span = tracing::info_span!("batch", messages = batch.len(), links = tracing::field::Empty);
+/// OpenTelemetry's messaging conventions for a consumer processing a batch: kind `consumer`, the name
+/// `process <topic>` (`process` when the batch spans topics), `messaging.*` attributes (the topic and the
+/// partition when the batch holds one only).
+fn batch_span(batch: &Batch, group: &str) -> tracing::Span {
+    let mut records = batch.records();
+    let first = records.next().map(|r| (r.topic_name, r.partition));
+    let (mut one_topic, mut one_partition) = (first.map(|f| f.0), first);
+    for record in records {
+        one_topic = one_topic.filter(|topic| *topic == record.topic_name);
+        one_partition = one_partition.filter(|p| *p == (record.topic_name, record.partition));
+    }
+    let name = one_topic.map_or_else(|| "process".to_string(), |topic| format!("process {topic}"));
+    let span = tracing::info_span!(
+        "batch",
+        messages = batch.len(),
+        links = tracing::field::Empty,
+        "otel.name" = name.as_str(),
+        "otel.kind" = "consumer",
+        "messaging.system" = "kafka",
+        "messaging.operation.type" = "process",
+        "messaging.operation.name" = "process",
+        "messaging.batch.message_count" = batch.len(),
+        "messaging.consumer.group.name" = group,
+        "messaging.destination.name" = tracing::field::Empty,
+        "messaging.destination.partition.id" = tracing::field::Empty,
+    );
+    if let Some(topic) = one_topic {
+        span.record("messaging.destination.name", topic);
+    }
+    if let Some((_, partition)) = one_partition {
+        span.record("messaging.destination.partition.id", partition.to_string());
+    }
     let propagator = TraceContextPropagator::new();
     let mut linked = HashSet::new();
     for carrier in batch.carriers() {

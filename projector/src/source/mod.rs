@@ -100,6 +100,8 @@ pub struct Source {
     applied: HashMap<Partition, i64>,
     /// The positions Redis holds: what a commit may reach ([`recorded`]).
     recorded: recorded::Recorded,
+    /// The consumer group's id, as traces name it.
+    group: String,
     /// Every partition of the three topics, and when that list was last read from the broker.
     partitions: Option<(Instant, Vec<Partition>)>,
     /// The partitions assigned by the last [`Source::assign`].
@@ -160,6 +162,7 @@ impl Source {
             linger: config.linger(),
             applied: HashMap::new(),
             recorded: recorded::Recorded::default(),
+            group: config.group_id.clone(),
             partitions: None,
             assigned: BTreeSet::new(),
             undelivered: undelivered::Passer::new(consumer::end_reader(config)?),
@@ -173,6 +176,11 @@ impl Source {
             _ = stopped.wait_for(|stop| *stop) => None,
             batch = consumer::next_batch(self.consumer(), &self.topics, self.batch_size, self.linger, idle) => Some(batch),
         }
+    }
+
+    /// The consumer group's id.
+    pub fn group(&self) -> &str {
+        &self.group
     }
 
     /// The writer of dead letters and the dead-letter limit, for one batch.

@@ -25,6 +25,7 @@ pub async fn track(State(metrics): State<Arc<Metrics>>, request: Request, next: 
     let status = response.status().as_u16();
     let latency_ms = (elapsed.as_secs_f64() * 1000.0 * 100.0).round() / 100.0;
     tracing::info!(target: "access", method, route, status, latency_ms, "request");
+    super::trace::answered(&method, &route, status);
     metrics.requests.get_or_create(&RequestLabels { route, method, status }).inc();
     if status == 401 {
         metrics.auth_failures.inc();

@@ -33,9 +33,9 @@ fn study(id: &str) -> Outgoing {
     event(Topic::Study, "org", id, 1, "study.created", "2026-05-01T10:00:00Z", json!({"internalTitle": "A"}))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id_and_logged_with_its_ids() {
-    let receiver = Receiver::start().await;
+/// The API binary on `redis_url`, exporting to `receiver`, its JSON log lines written to `logs`; once it
+/// answers `/livez`: the process and its address.
+async fn api_exporting(receiver: &Receiver, redis_url: &str, logs: &std::path::Path) -> (KillOnDrop, String) {
     let exe = std::env::current_exe().expect("test binary path");
     let binary = exe.parent().and_then(|deps| deps.parent()).expect("target dir").join("query-api");
     assert!(binary.exists(), "{} is missing: run `cargo build -p query-api` first", binary.display());
@@ -44,13 +44,12 @@ async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id_and_l
     let mut command = Command::new(binary);
     command
         .args(["--listen-addr", &format!("127.0.0.1:{port}"), "--admin-addr", "off", "--key-prefix", &unique("api")])
-        .args(["--redis-url", &env("REDIS_URL"), "--s3-disabled", "true"])
+        .args(["--redis-url", redis_url, "--s3-disabled", "true"])
         .arg(format!("--redis-cluster={}", redis_cluster()))
         .stdout(Stdio::null());
-    let logs = std::env::temp_dir().join(format!("{}.log", unique("traced")));
-    let file = std::fs::File::create(&logs).expect("a log file");
+    let file = std::fs::File::create(logs).expect("a log file");
     command.env("RUST_LOG", "info").env("LOG_FORMAT", "json").stderr(file);
-    exporting_to(&mut command, &receiver);
+    exporting_to(&mut command, receiver);
     let api = KillOnDrop(command.spawn().expect("query-api starts"));
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
     eventually(Duration::from_secs(10), "the API to answer /livez", || async {
@@ -58,6 +57,15 @@ async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id_and_l
         live.is_ok_and(|r| r.status() == 200).then_some(())
     })
     .await;
+    (api, address)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id_and_logged_with_its_ids() {
+    let receiver = Receiver::start().await;
+    let logs = std::env::temp_dir().join(format!("{}.log", unique("traced")));
+    let (api, address) = api_exporting(&receiver, &env("REDIS_URL"), &logs).await;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
 
     let (trace_id, caller, header) = traceparent();
     let response = client
@@ -73,8 +81,15 @@ async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id_and_l
         .wait_for(WAIT, "the request's span under the caller's trace id", |span| span.trace_id == trace_id)
         .await;
     assert_eq!(span.service, "query-api", "{span:?}");
-    assert_eq!(span.name, "request", "{span:?}");
     assert_eq!(span.parent_span_id, caller, "a child of the caller's span: {span:?}");
+    // OpenTelemetry's HTTP server conventions: a 4xx is the client's error, not the server's.
+    assert_eq!((span.name.as_str(), span.kind.as_str()), ("GET /v1/studies", "SPAN_KIND_SERVER"), "{span:?}");
+    let attribute = |key: &str| span.attributes.get(key).map(String::as_str);
+    assert_eq!(attribute("http.request.method"), Some("GET"), "{span:?}");
+    assert_eq!(attribute("url.path"), Some("/v1/studies"), "{span:?}");
+    assert_eq!(attribute("http.route"), Some("/v1/studies"), "{span:?}");
+    assert_eq!(attribute("http.response.status_code"), Some("401"), "{span:?}");
+    assert_ne!(span.status, "STATUS_CODE_ERROR", "{span:?}");
 
     // Its access line, flat, with the ids of the span it was written in.
     drop(api);
@@ -89,13 +104,38 @@ async fn a_request_with_a_traceparent_is_traced_under_the_callers_trace_id_and_l
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_answered_503_is_a_server_span_with_an_error_status_named_by_its_route() {
+    let receiver = Receiver::start().await;
+    let logs = std::env::temp_dir().join(format!("{}.log", unique("traced")));
+    let (_api, address) = api_exporting(&receiver, "redis://127.0.0.1:1", &logs).await;
+    let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+    let (trace_id, _, header) = traceparent();
+    let response = client
+        .get(format!("{address}/v1/studies/s-1"))
+        .header("traceparent", &header)
+        .header("authorization", "Bearer some-key")
+        .send()
+        .await
+        .expect("request sent");
+    assert_eq!(response.status(), 503, "Redis is away");
+    let span = receiver.wait_for(WAIT, "the request's span", |span| span.trace_id == trace_id).await;
+    assert_eq!((span.name.as_str(), span.kind.as_str()), ("GET /v1/studies/{id}", "SPAN_KIND_SERVER"), "{span:?}");
+    assert_eq!(span.attributes.get("http.route").map(String::as_str), Some("/v1/studies/{id}"), "{span:?}");
+    assert_eq!(span.attributes.get("url.path").map(String::as_str), Some("/v1/studies/s-1"), "{span:?}");
+    assert_eq!(span.attributes.get("http.response.status_code").map(String::as_str), Some("503"), "{span:?}");
+    assert_eq!(span.status, "STATUS_CODE_ERROR", "{span:?}");
+    std::fs::remove_file(&logs).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_published_events_trace_reaches_the_projectors_batch_span() {
     let receiver = Receiver::start().await;
     let topics = Topics::create().await;
     let (trace_id, producer_span, header) = traceparent();
     kafka::publish_with_headers(&kafka::producer(), &topics, &study("s1"), &[("traceparent", &header)]).await;
 
-    let mut command = runner::command(&topics, &unique("rm"), &unique("g"), &[]);
+    let group = unique("g");
+    let mut command = runner::command(&topics, &unique("rm"), &group, &[]);
     command.stdout(Stdio::null());
     exporting_to(&mut command, &receiver);
     let _projector = KillOnDrop(command.spawn().expect("projector starts"));
@@ -103,7 +143,15 @@ async fn a_published_events_trace_reaches_the_projectors_batch_span() {
     let links_the_event = |span: &end_to_end::otlp::Span| span.links.iter().any(|(trace, _)| *trace == trace_id);
     let span = receiver.wait_for(WAIT, "a batch span linked to the event's trace", links_the_event).await;
     assert_eq!(span.service, "projector", "{span:?}");
-    assert_eq!(span.name, "batch", "{span:?}");
+    // OpenTelemetry's messaging conventions: a consumer processing a batch of one topic's partition.
+    assert_eq!((span.name.as_str(), span.kind.as_str()), (&*format!("process {}", topics.study), "SPAN_KIND_CONSUMER"));
+    let attribute = |key: &str| span.attributes.get(key).map(String::as_str);
+    assert_eq!(attribute("messaging.system"), Some("kafka"), "{span:?}");
+    assert_eq!(attribute("messaging.operation.type"), Some("process"), "{span:?}");
+    assert_eq!(attribute("messaging.batch.message_count"), Some("1"), "{span:?}");
+    assert_eq!(attribute("messaging.consumer.group.name"), Some(group.as_str()), "{span:?}");
+    assert_eq!(attribute("messaging.destination.name"), Some(topics.study.as_str()), "{span:?}");
+    assert!(attribute("messaging.destination.partition.id").is_some_and(|p| p.parse::<u32>().is_ok()), "{span:?}");
     assert_ne!(span.trace_id, trace_id, "linked, not joined: a batch holds many messages' traces");
     assert!(span.links.contains(&(trace_id.clone(), producer_span)), "the link names the producer's span: {span:?}");
 }
