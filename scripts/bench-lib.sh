@@ -1,6 +1,9 @@
 # Sourced by the benchmark scripts: what they need installed, and a check that a figure was measured.
 # Expects log and die to be defined.
 
+# shellcheck source=scripts/apt-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/apt-lib.sh"
+
 # A failing command inside $(...) fails the script too, so a leg that could not run is never an empty cell.
 shopt -s inherit_errexit
 
@@ -8,8 +11,7 @@ shopt -s inherit_errexit
 require() {
   command -v "$1" >/dev/null && return 0
   log "apt: installing $2 (for $1)"
-  apt-get -o DPkg::Lock::Timeout=600 update -qq && \
-    DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -qq "$2" >&2 ||
+  apt_install "$2" >&2 ||
     die "$1 is missing and $2 could not be installed"
   command -v "$1" >/dev/null || die "$1 is still missing after installing $2"
 }
