@@ -15,6 +15,6 @@ async fn main() -> anyhow::Result<()> {
 
 /// jemalloc, not glibc's malloc: with 100,000 organizations' keys and pages kept, glibc's arenas held 49 MB
 /// free beside 117 MiB in use (180 MiB resident); jemalloc, 128 MiB resident for the same (BENCHMARKS.md,
-/// "The API's own memory").
+/// row "100,000 organizations"; history in "The API's own memory at 100,000 organizations").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;

@@ -34,7 +34,8 @@ pub fn read(record: &Record) -> Cmd {
 
 /// How many aggregates' owners a projector keeps in memory; the map is emptied when full. In the replay
 /// benchmark 65,536 raised the projector's peak from about 49 MB to 71; 16,384 keeps it at 52, and the
-/// apply path's rate is the same with either (BENCHMARKS.md).
+/// apply path's rate is the same with either (BENCHMARKS.md, row "replay end to end"; history in "Projector
+/// replay of 1,000,000 events").
 const KNOWN: usize = 16_384;
 
 /// The owners this projector recorded or read in its generation since the last loss of Redis data, so

@@ -79,7 +79,8 @@ impl Transcript {
 /// A whole transcript as kept. Up to a [`CHUNK`] it is escaped as the contents of a JSON string once, when
 /// read (as serde_json escapes them: WebVTT's line breaks, any quote or backslash of its text), and every
 /// response copies it as it is: escaping at every response was the largest share of the CPU a page of
-/// interviews took (BENCHMARKS.md). A longer one is kept as read and escaped into each response, as the
+/// interviews took (BENCHMARKS.md, row "API: interviews, a page of 100 with 100 signed links"; history in
+/// "A whole transcript kept escaped for JSON"). A longer one is kept as read and escaped into each response, as the
 /// chunks of a long one are: its escaped copy beside the one in the body would take a request past its
 /// byte budget (`api::memory`'s test of megabyte transcripts).
 #[derive(Debug, Clone, PartialEq, Eq)]
