@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 
+use shared::events::{schema_id, unframe};
 use shared::{decode, Decoded, Event, Topic};
 
 use super::{DeadLetter, Record};
@@ -19,24 +20,29 @@ pub(super) struct Letter {
 }
 
 /// A batch decoded: the events to apply with the index of the record each came from, the poison, and
-/// the events of a type this service does not know (index and type).
+/// the events of a type this service does not know (index and type), and the messages read from a schema
+/// registry's framing (index and schema id).
 pub(super) struct DecodedBatch {
     pub events: Vec<Event>,
     pub origins: Vec<usize>,
     pub letters: Vec<Letter>,
     pub skipped: Vec<(usize, String)>,
+    pub framed: Vec<(usize, u32)>,
 }
 
 /// Decodes every record.
 pub(super) fn decode_all(records: &[Record<'_>]) -> DecodedBatch {
     let mut events = Vec::with_capacity(records.len());
     let mut origins = Vec::with_capacity(records.len());
-    let (mut letters, mut skipped) = (Vec::new(), Vec::new());
+    let (mut letters, mut skipped, mut framed) = (Vec::new(), Vec::new(), Vec::new());
     for (i, record) in records.iter().enumerate() {
         let decoded = match record.value {
             Some(value) => decode(record.topic, record.key, value),
             None => Err(shared::Poison("message has no value".into())),
         };
+        if let (Ok(_), Some(schema_id)) = (&decoded, record.value.and_then(schema_id)) {
+            framed.push((i, schema_id));
+        }
         match decoded {
             Ok(Decoded::Event(event)) => {
                 events.push(event);
@@ -53,7 +59,7 @@ pub(super) fn decode_all(records: &[Record<'_>]) -> DecodedBatch {
             }
         }
     }
-    DecodedBatch { events, origins, letters, skipped }
+    DecodedBatch { events, origins, letters, skipped, framed }
 }
 
 pub(super) fn count(tally: &mut Tally, topic: Topic, kind: &str, outcome: Outcome) {
@@ -62,7 +68,8 @@ pub(super) fn count(tally: &mut Tally, topic: Topic, kind: &str, outcome: Outcom
 
 /// The `type` a poison message claims, if its value is a JSON object with one; for the metrics only.
 fn claimed_type(record: &Record<'_>) -> String {
-    let claimed = record.value.and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok());
+    let body = record.value.and_then(|v| Some(unframe(v).ok()?.1));
+    let claimed = body.and_then(|v| serde_json::from_slice::<serde_json::Value>(v).ok());
     claimed.as_ref().and_then(|v| Some(v.get("type")?.as_str()?.to_string())).unwrap_or_default()
 }
 

@@ -259,7 +259,7 @@ pub async fn project(
 ) -> Result<Vec<(Partition, i64)>, Interrupted> {
     let started = Instant::now();
     metrics.in_hand.set(records.len() as i64);
-    let DecodedBatch { mut events, mut origins, mut letters, skipped } = decode_all(records);
+    let DecodedBatch { mut events, mut origins, mut letters, skipped, framed } = decode_all(records);
     // A partition its poison alone halts: none of its events from its first letter is written.
     let held = poison.would_halt(&seen(records, &letters));
     if !held.is_empty() {
@@ -295,6 +295,11 @@ pub async fn project(
     for (origin, kind) in skipped {
         if !beyond(&halts, &records[origin]) {
             count(&mut tally, records[origin].topic, &kind, Outcome::Skipped);
+        }
+    }
+    for (origin, schema_id) in framed {
+        if !beyond(&halts, &records[origin]) {
+            metrics.framed(records[origin].topic, schema_id);
         }
     }
     if let Some(latest) = events.iter().map(|e| e.envelope.occurred_at).max() {

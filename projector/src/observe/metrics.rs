@@ -92,6 +92,12 @@ pub struct EventLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SchemaLabels {
+    pub topic: String,
+    pub schema_id: u32,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SinceLabels {
     pub since: &'static str,
 }
@@ -108,6 +114,8 @@ pub struct Metrics {
     /// The configured names of the three topics, in the order of [`Topic::ALL`], for the `topic` label.
     topics: [String; 3],
     events: Family<EventLabels, Counter>,
+    /// Messages read from a schema registry's framing, by topic and schema id.
+    framed: Family<SchemaLabels, Counter>,
     /// The same counts by outcome alone, kept beside `events` by [`Metrics::count`].
     by_outcome: [AtomicU64; OUTCOMES],
     batches: AtomicU64,
@@ -149,6 +157,13 @@ impl Metrics {
             "events",
             "Events by topic, type and outcome (applied, duplicate, gap, late, refused, skipped, dead_lettered)",
             events.clone(),
+        );
+        let framed = Family::<SchemaLabels, Counter>::default();
+        registry.register(
+            "schema_registry_messages",
+            "Messages read from a schema registry's framing (JSON after a magic byte and a schema id), by topic \
+             and schema id; counted in `events` too",
+            framed.clone(),
         );
         let retries = Counter::default();
         registry.register("retries", "Failed attempts to apply a batch or dead-letter, retried", retries.clone());
@@ -210,6 +225,7 @@ impl Metrics {
             registry: root,
             topics,
             events,
+            framed,
             by_outcome: Default::default(),
             batches: AtomicU64::new(0),
             retries,
@@ -235,6 +251,16 @@ impl Metrics {
             self.events.get_or_create(&labels).inc_by(*n);
             self.by_outcome[*outcome as usize].fetch_add(*n, Relaxed);
         }
+    }
+
+    /// Counts a message read from a schema registry's framing; the first of its topic and schema id in this
+    /// process is logged.
+    pub fn framed(&self, topic: Topic, schema_id: u32) {
+        let labels = SchemaLabels { topic: self.topics[topic as usize].clone(), schema_id };
+        if self.framed.get(&labels).is_none() {
+            tracing::info!(topic = %labels.topic, schema_id, "reading messages in a schema registry's framing");
+        }
+        self.framed.get_or_create(&labels).inc();
     }
 
     /// The totals so far.

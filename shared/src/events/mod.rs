@@ -2,12 +2,14 @@
 //! decoding rule that tells a poison message (set aside) from a well-formed event of an unknown type (skipped).
 
 mod data;
+mod framing;
 
 use chrono::{DateTime, FixedOffset, Utc};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use data::{type_label, TYPES};
+pub use framing::{schema_id, unframe, Framing};
 
 /// The three topics of the contract, named by the aggregate whose events they carry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -159,7 +161,9 @@ struct RawEnvelope {
 }
 
 /// Decodes one message of `topic`. `key` is the Kafka message key, which must equal `aggregateId` when present.
+/// The value is the envelope's JSON, plain or in a schema registry's framing ([`unframe`]).
 pub fn decode(topic: Topic, key: Option<&[u8]>, value: &[u8]) -> Result<Decoded, Poison> {
+    let (_, value) = unframe(value)?;
     let raw: RawEnvelope = serde_json::from_slice(value).map_err(|e| Poison(format!("invalid envelope: {e}")))?;
     if raw.sequence < 1 {
         return Err(Poison("invalid envelope: sequence must be >= 1".into()));

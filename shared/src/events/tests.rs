@@ -276,3 +276,15 @@ fn ids_longer_than_the_key_layouts_bound_are_poison_and_ids_at_it_decode() {
         assert!(reason.contains(&format!("{field} is longer than 256 bytes")), "{reason}");
     }
 }
+
+#[test]
+fn an_envelope_in_a_schema_registrys_json_framing_decodes_as_the_plain_one() {
+    let plain = message("study.created", "agg", json!({"internalTitle": "T"}));
+    let framed = [&[0, 0, 0, 1, 44][..], &plain].concat();
+    assert_eq!(decode(Topic::Study, Some(b"agg"), &framed), decode(Topic::Study, Some(b"agg"), &plain));
+    assert!(matches!(decode(Topic::Study, Some(b"agg"), &framed), Ok(Decoded::Event(_))));
+    let reason = poison(Topic::Study, &[&[0, 0, 0, 1, 44][..], b"{\"eventId\":"].concat());
+    assert!(reason.starts_with("invalid envelope"), "{reason}");
+    let reason = poison(Topic::Study, &[&[0, 0, 0, 1, 44][..], b"\x02e1"].concat());
+    assert!(reason.contains("schema id 300"), "{reason}");
+}

@@ -12,6 +12,7 @@ mod projection;
 mod rebuild;
 mod repair;
 mod scale_out;
+mod schema_registry;
 mod store;
 mod transactions;
 mod undone;
