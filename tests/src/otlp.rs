@@ -1,5 +1,6 @@
-//! A small OTLP/HTTP trace receiver for the tests of traces: the binaries export to it as they would to a
-//! collector (`POST /v1/traces`, protobuf), and a test looks among the spans it collected.
+//! A small OTLP trace receiver for the tests of traces: the binaries export to it as they would to a
+//! collector, over the one transport it was started for (`POST /v1/traces` in protobuf or JSON, or gRPC's
+//! `TraceService/Export`), and a test looks among the spans it collected.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -10,6 +11,7 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{TraceService, TraceServiceServer};
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::any_value::Value;
 use prost::Message;
@@ -38,20 +40,43 @@ pub struct Span {
 pub struct Receiver {
     /// What `OTEL_EXPORTER_OTLP_ENDPOINT` is set to for a binary to export here.
     pub endpoint: String,
+    /// What `OTEL_EXPORTER_OTLP_PROTOCOL` is set to: the one transport it takes.
+    pub protocol: &'static str,
     spans: Arc<Mutex<Vec<Span>>>,
     server: tokio::task::JoinHandle<()>,
 }
 
+type Spans = Arc<Mutex<Vec<Span>>>;
+
 impl Receiver {
+    /// A receiver of OTLP over HTTP in protobuf, the default transport.
     pub async fn start() -> Self {
+        Self::start_for("http/protobuf").await
+    }
+
+    /// A receiver of the transport `protocol` (`http/protobuf`, `http/json` or `grpc`) only.
+    pub async fn start_for(protocol: &'static str) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let endpoint = format!("http://{}", listener.local_addr().expect("address"));
         let spans = Arc::new(Mutex::new(Vec::new()));
-        let app = Router::new().route("/v1/traces", post(export)).with_state(spans.clone());
-        let server = tokio::spawn(async move {
-            axum::serve(listener, app).await.expect("receiver serves");
-        });
-        Self { endpoint, spans, server }
+        let server = match protocol {
+            "grpc" => {
+                let service = TraceServiceServer::new(Grpc(spans.clone()));
+                let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+                tokio::spawn(async move {
+                    let server = tonic::transport::Server::builder().add_service(service);
+                    server.serve_with_incoming(incoming).await.expect("receiver serves");
+                })
+            }
+            _ => {
+                let content_type = if protocol == "http/json" { JSON } else { PROTOBUF };
+                let app = Router::new().route("/v1/traces", post(export)).with_state((spans.clone(), content_type));
+                tokio::spawn(async move {
+                    axum::serve(listener, app).await.expect("receiver serves");
+                })
+            }
+        };
+        Self { endpoint, protocol, spans, server }
     }
 
     /// Every span received so far.
@@ -84,15 +109,49 @@ impl Drop for Receiver {
 }
 
 const PROTOBUF: &str = "application/x-protobuf";
+const JSON: &str = "application/json";
 
-/// `POST /v1/traces`: an `ExportTraceServiceRequest` in protobuf; its spans are kept.
-async fn export(State(spans): State<Arc<Mutex<Vec<Span>>>>, headers: HeaderMap, body: Bytes) -> impl IntoResponse {
-    if headers.get(header::CONTENT_TYPE).is_none_or(|t| t != PROTOBUF) {
-        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, [(header::CONTENT_TYPE, PROTOBUF)], Vec::new());
+/// `POST /v1/traces`: an `ExportTraceServiceRequest` in the receiver's encoding, protobuf or OTLP's JSON;
+/// its spans are kept. Another content type is refused.
+async fn export(
+    State((spans, content_type)): State<(Spans, &'static str)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> impl IntoResponse {
+    if headers.get(header::CONTENT_TYPE).is_none_or(|t| t != content_type) {
+        return (StatusCode::UNSUPPORTED_MEDIA_TYPE, [(header::CONTENT_TYPE, content_type)], Vec::new());
     }
-    let Ok(request) = ExportTraceServiceRequest::decode(body) else {
-        return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, PROTOBUF)], Vec::new());
+    let request = match content_type {
+        JSON => serde_json::from_slice::<ExportTraceServiceRequest>(&body).ok(),
+        _ => ExportTraceServiceRequest::decode(body).ok(),
     };
+    let Some(request) = request else {
+        return (StatusCode::BAD_REQUEST, [(header::CONTENT_TYPE, content_type)], Vec::new());
+    };
+    spans.lock().expect("spans").extend(received(request));
+    let response = match content_type {
+        JSON => b"{}".to_vec(),
+        _ => ExportTraceServiceResponse::default().encode_to_vec(),
+    };
+    (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], response)
+}
+
+/// gRPC's `TraceService`: each export's spans are kept.
+struct Grpc(Spans);
+
+#[tonic::async_trait]
+impl TraceService for Grpc {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.0.lock().expect("spans").extend(received(request.into_inner()));
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+/// The spans of one export.
+fn received(request: ExportTraceServiceRequest) -> Vec<Span> {
     let mut received = Vec::new();
     for resource_spans in request.resource_spans {
         let attributes = resource_spans.resource.map(|r| r.attributes).unwrap_or_default();
@@ -128,6 +187,5 @@ async fn export(State(spans): State<Arc<Mutex<Vec<Span>>>>, headers: HeaderMap, 
             });
         }
     }
-    spans.lock().expect("spans").extend(received);
-    (StatusCode::OK, [(header::CONTENT_TYPE, PROTOBUF)], ExportTraceServiceResponse::default().encode_to_vec())
+    received
 }

@@ -24,9 +24,11 @@ fn traceparent() -> (String, String, String) {
     (trace_id, span_id, header)
 }
 
-/// A binary's settings to export to `receiver` without waiting long between batches of spans.
+/// A binary's settings to export to `receiver`, over its transport, without waiting long between batches
+/// of spans.
 fn exporting_to(command: &mut Command, receiver: &Receiver) {
     command.env("OTEL_EXPORTER_OTLP_ENDPOINT", &receiver.endpoint).env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    command.env("OTEL_EXPORTER_OTLP_PROTOCOL", receiver.protocol);
 }
 
 fn study(id: &str) -> Outgoing {
@@ -125,6 +127,32 @@ async fn a_request_answered_503_is_a_server_span_with_an_error_status_named_by_i
     assert_eq!(span.attributes.get("http.response.status_code").map(String::as_str), Some("503"), "{span:?}");
     assert_eq!(span.status, "STATUS_CODE_ERROR", "{span:?}");
     std::fs::remove_file(&logs).ok();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_are_exported_over_grpc_or_http_json_as_otel_exporter_otlp_protocol_says() {
+    // Each receiver takes its own transport only: a span arrives only if it was sent over that one.
+    for protocol in ["grpc", "http/json"] {
+        let receiver = Receiver::start_for(protocol).await;
+        let logs = std::env::temp_dir().join(format!("{}.log", unique("traced")));
+        let (_api, address) = api_exporting(&receiver, "redis://127.0.0.1:1", &logs).await;
+        let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().unwrap();
+        let (trace_id, caller, header) = traceparent();
+        let response = client
+            .get(format!("{address}/v1/studies/s-1"))
+            .header("traceparent", &header)
+            .header("authorization", "Bearer some-key")
+            .send()
+            .await
+            .expect("request sent");
+        assert_eq!(response.status(), 503, "Redis is away");
+        let span = receiver.wait_for(WAIT, protocol, |span| span.trace_id == trace_id).await;
+        assert_eq!((span.service.as_str(), span.parent_span_id.as_str()), ("query-api", caller.as_str()), "{span:?}");
+        assert_eq!((span.name.as_str(), span.kind.as_str()), ("GET /v1/studies/{id}", "SPAN_KIND_SERVER"), "{span:?}");
+        assert_eq!(span.attributes.get("http.response.status_code").map(String::as_str), Some("503"), "{span:?}");
+        assert_eq!(span.status, "STATUS_CODE_ERROR", "{protocol}: {span:?}");
+        std::fs::remove_file(&logs).ok();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
