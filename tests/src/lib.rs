@@ -49,6 +49,12 @@ pub fn env(name: &str) -> String {
     })
 }
 
+/// The `redis-server` a test's own Redis runs: `REDIS_SERVER` when set (the stack's Redis 8 leg sets
+/// it), else the one on `PATH`. A test's own Redis serving TLS runs the one on `PATH` always.
+pub fn redis_server() -> String {
+    std::env::var("REDIS_SERVER").unwrap_or_else(|_| "redis-server".to_string())
+}
+
 /// A name no other test uses.
 pub fn unique(label: &str) -> String {
     format!("{label}-{}", uuid::Uuid::new_v4().simple())

@@ -58,7 +58,7 @@ impl OwnRedis {
             Persistence::Snapshots => &["--appendonly", "no"],
         };
         let child =
-            Command::new("redis-server")
+            Command::new(crate::redis_server())
                 .args(["--bind", "127.0.0.1", "--port", &self.port.to_string(), "--save", ""])
                 .args(persistence)
                 .args(["--dir", self.dir.to_str().unwrap()])
@@ -78,7 +78,7 @@ impl OwnRedis {
                 })
                 .stdout(Stdio::null())
                 .spawn()
-                .expect("redis-server starts");
+                .unwrap_or_else(|e| panic!("{} starts: {e}", crate::redis_server()));
         self.child = Some(child);
         // Answering, its data loaded (a loading Redis answers PING with an error).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
