@@ -68,6 +68,13 @@ impl RedisOptions {
             return Err("REDIS_URL is empty".to_string());
         }
         for url in target.urls() {
+            if url.split("://").next().is_some_and(|scheme| scheme.contains("sentinel")) {
+                return Err(format!(
+                    "REDIS_URL {} names Redis Sentinel, which this service does not speak: give an address that \
+                     always names the primary (docs/deploying.md, Redis)",
+                    redact(url)
+                ));
+            }
             if redis::IntoConnectionInfo::into_connection_info(url.as_str()).is_err() {
                 return Err(format!(
                     "REDIS_URL {} is not a Redis URL: redis://[user:password@]host:port[/db], rediss:// for TLS",
@@ -102,6 +109,8 @@ mod tests {
         assert_eq!(validated(&["--redis-url", cluster, "--redis-cluster"]), Ok(()));
         let several = validated(&["--redis-url", cluster]).unwrap_err();
         assert!(several.contains("REDIS_CLUSTER=true") && !several.contains("pw"), "{several}");
+        let sentinel = validated(&["--redis-url", "redis+sentinel://:secret@sentinel:26379/mymaster"]).unwrap_err();
+        assert!(sentinel.contains("names Redis Sentinel") && !sentinel.contains("secret"), "{sentinel}");
         for url in ["127.0.0.1:6379", "localhost:6379", "http://user:secret@host:6379", ""] {
             let refused = validated(&["--redis-url", url]).unwrap_err();
             assert!(refused.starts_with("REDIS_URL") && !refused.contains("secret"), "{url}: {refused}");

@@ -11,6 +11,7 @@ pub mod cut;
 pub mod dump;
 pub mod events;
 pub mod faults;
+pub mod fixed_address;
 pub mod fixture;
 pub mod kafka;
 pub mod markers;

@@ -14,3 +14,4 @@ mod read_cache;
 mod revocation;
 mod spec;
 mod transcripts;
+mod without_tracking;

@@ -1,6 +1,7 @@
 //! Faults of the read model's Redis while events flow and requests run: the read model heals itself.
 
 mod cluster;
+mod fixed_address;
 mod healing_state;
 mod key_index;
 mod one_redis;
