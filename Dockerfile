@@ -40,7 +40,7 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry \
 FROM debian:bookworm-slim AS runtime
 
 # OCI labels: VERSION is the workspace's (Cargo.toml), REVISION the commit, SOURCE the repository's URL.
-ARG VERSION=0.1.0
+ARG VERSION=0.2.0
 ARG GIT_COMMIT=unknown
 ARG SOURCE=""
 LABEL org.opencontainers.image.title="completed-studies" \
