@@ -146,8 +146,22 @@ async fn concurrent_pages_of_long_transcripts_hold_the_process_within_its_byte_b
     for id in &interviews {
         let _: () = conn.set(keys.transcript(ACME, id), &transcript).await.unwrap();
     }
-    // Each request may read its whole page of 32 MB (MAX_PAGE_MB 32); all of them together as much.
-    let args = ["--max-page-mb", "32", "--max-pages-mb", "32", "--read-cache-mb", "0", "--redis-timeout-ms", "20000"];
+    // Each request may read its whole page of 32 MB (MAX_PAGE_MB 32); all of them together as much. The
+    // pages wait for each other's share of the budget: the last one waits for the seven before it, longer
+    // than REQUEST_TIMEOUT_MS's 10 s on a loaded machine (then it is 503, as documented). This test is of
+    // the memory, so the timeouts are a minute.
+    let args = [
+        "--max-page-mb",
+        "32",
+        "--max-pages-mb",
+        "32",
+        "--read-cache-mb",
+        "0",
+        "--redis-timeout-ms",
+        "60000",
+        "--request-timeout-ms",
+        "60000",
+    ];
     let api = ApiProcess::spawn(&world.prefix, &args).await;
     assert_eq!(api.get("/v1/studies/s_wide/interviews?pageSize=1", ACME_KEY).await.status(), 200);
     let before = api.memory("VmRSS");
