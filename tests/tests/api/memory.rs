@@ -117,7 +117,13 @@ async fn a_page_and_an_interview_of_large_transcripts_are_served_whole_within_th
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_no_memory_for_keys_and_epochs_a_key_is_looked_up_in_redis_every_time_and_no_read_is_kept() {
-    let world = World::start_with(&fixture::dataset(), |config| config.api_key_cache_mb = 0).await;
+    // Redis may be slow to answer while the other tests here read pages of tens of megabytes from it: this
+    // test counts where keys are looked up, so its API waits for Redis for 5 s rather than the tests' 500 ms.
+    let world = World::start_with(&fixture::dataset(), |config| {
+        config.api_key_cache_mb = 0;
+        config.redis.timeout_ms = 5000;
+    })
+    .await;
     let app = &world.app;
     let sample = |text: &str, name: &str, source: &str| metrics::sample(text, name, &[source]);
     let before = app.admin_get("/metrics").await.text().await.unwrap();
