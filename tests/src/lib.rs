@@ -14,6 +14,7 @@ pub mod faults;
 pub mod fixed_address;
 pub mod fixture;
 pub mod kafka;
+pub mod late_reply;
 pub mod markers;
 pub mod metrics;
 pub mod mock_kafka;

@@ -97,7 +97,9 @@ pub async fn run(
     lock.check(conn).await?;
     // Forward only: the lock can lapse between its check and the switch, and a rebuild that took it
     // meanwhile may have switched further. Moving the pointer back would serve an older read model.
-    if !super::pointer::raise(conn, prefix, generation).await? {
+    // The pointer found at this generation already is this rebuild's own switch, made by an attempt whose
+    // reply came too late (a timeout): only this rebuild switches to its generation.
+    if super::pointer::raise(conn, prefix, generation).await? == super::pointer::Raised::Past {
         // This rebuild is over: its state goes, unless another rebuild's has replaced it.
         let _: i64 = redis::Script::new(END_IF_OURS).key(&rebuild_key).arg(generation).invoke_async(conn).await?;
         return Err(Error::SwitchedPast { generation });

@@ -16,11 +16,13 @@ use shared::Keyspace;
 use crate::Error;
 
 /// Sets a generation key to ARGV[1] unless it holds as much already: generations only go forward, and
-/// one found behind (a restore of Redis) is put back.
+/// one found behind (a restore of Redis) is put back. 1: set; 0: it held ARGV[1]; -1: it held more.
 const RAISE: &str = r"
 local now = tonumber(redis.call('GET', KEYS[1]))
-if not now or now < tonumber(ARGV[1]) then redis.call('SET', KEYS[1], ARGV[1]) return 1 end
-return 0
+local generation = tonumber(ARGV[1])
+if not now or now < generation then redis.call('SET', KEYS[1], ARGV[1]) return 1 end
+if now == generation then return 0 end
+return -1
 ";
 
 /// Hands out the generation after the counter and ARGV[1], whichever is higher, and records it.
@@ -68,8 +70,19 @@ pub async fn counter<C: ConnectionLike + Send>(conn: &mut C, prefix: &str) -> Re
     redis::cmd("GET").arg(Keyspace::generation_counter(prefix)).query_async(conn).await
 }
 
-/// Puts the active pointer forward to `generation`, never back: false when it held as much already.
-pub async fn raise<C: ConnectionLike + Send>(conn: &mut C, prefix: &str, generation: u64) -> RedisResult<bool> {
+/// What [`raise`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Raised {
+    /// The pointer named an older generation, or none; it names `generation` now.
+    Now,
+    /// The pointer named `generation` already: a raise made before, whose reply was lost (a timeout).
+    Already,
+    /// The pointer names a later generation.
+    Past,
+}
+
+/// Puts the active pointer forward to `generation`, never back.
+pub async fn raise<C: ConnectionLike + Send>(conn: &mut C, prefix: &str, generation: u64) -> RedisResult<Raised> {
     raise_key(conn, &Keyspace::active_generation(prefix), generation).await
 }
 
@@ -82,9 +95,13 @@ pub async fn raise_both<C: ConnectionLike + Send>(conn: &mut C, prefix: &str, ge
     Ok(())
 }
 
-async fn raise_key<C: ConnectionLike + Send>(conn: &mut C, key: &str, generation: u64) -> RedisResult<bool> {
+async fn raise_key<C: ConnectionLike + Send>(conn: &mut C, key: &str, generation: u64) -> RedisResult<Raised> {
     let raised: i64 = redis::Script::new(RAISE).key(key).arg(generation).invoke_async(conn).await?;
-    Ok(raised == 1)
+    Ok(match raised {
+        1 => Raised::Now,
+        0 => Raised::Already,
+        _ => Raised::Past,
+    })
 }
 
 /// Hands out a new generation: above the counter and above `above` (the active generation, an abandoned

@@ -11,6 +11,7 @@ use end_to_end::api::{self, spawn_app};
 use end_to_end::events::Outgoing;
 use end_to_end::fixture;
 use end_to_end::kafka::{self, Topics};
+use end_to_end::late_reply::LateReply;
 use end_to_end::own_redis::OwnRedis;
 use end_to_end::scenario::{self, Scenario};
 use end_to_end::{env, eventually, read_model, redis, runner};
@@ -213,6 +214,31 @@ async fn a_rebuild_deletes_the_old_generation_even_when_redis_stalls_after_the_s
     assert_eq!(redis.cli(&["CLIENT", "PAUSE", "2500", "ALL"]), "OK");
     let (result, notices) = rebuild.await.expect("the rebuild task");
     assert_eq!(result.expect("the rebuild succeeds"), Some(2), "{notices:?}");
+    assert_eq!(keys_left(&redis.url(), &generation_1).await, Vec::<String>::new(), "the old generation is deleted");
+}
+
+/// Redis makes the switch, but its reply reaches the rebuild after the rebuild's Redis timeout: the
+/// rebuild, trying again, finds the pointer at its own generation, takes the switch as made and deletes
+/// the old generation, rather than fail as though another rebuild had switched past it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_whose_reply_comes_after_the_timeout_is_taken_as_made_and_the_old_generation_deleted() {
+    let redis = OwnRedis::start();
+    let messages = fixture::dataset();
+    let topics = Topics::holding(&messages).await;
+    let prefix = end_to_end::unique("rb-late");
+    let mut config = runner::config(&topics, &prefix, &end_to_end::unique("g"));
+    (config.redis.url, config.redis.cluster) = (redis.url().into(), false);
+    runner::build(config.clone(), messages.len() as u64, Duration::from_secs(60)).await;
+    let pointer = Keyspace::active_generation(&prefix);
+    let trigger = vec![b"EVALSHA".to_vec(), pointer.clone().into_bytes()];
+    let late = LateReply::start(&format!("127.0.0.1:{}", redis.port()), trigger, Duration::from_secs(1)).await;
+    (config.redis.url, config.redis.timeout_ms) = (late.url().into(), 200);
+
+    let (result, notices) = runner::rebuild_noting(config).await;
+    assert!(late.fired(), "the switch was sent through the proxy");
+    assert_eq!(redis.cli(&["GET", &pointer]), "2");
+    assert_eq!(result.expect("the rebuild succeeds"), Some(2), "{notices:?}");
+    let generation_1 = Keyspace::new(prefix.clone(), 1);
     assert_eq!(keys_left(&redis.url(), &generation_1).await, Vec::<String>::new(), "the old generation is deleted");
 }
 
