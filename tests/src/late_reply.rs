@@ -15,6 +15,7 @@ use tokio::time::Instant;
 pub struct LateReply {
     pub port: u16,
     fired: Arc<Mutex<Option<Instant>>>,
+    held: Arc<Mutex<Vec<u8>>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -22,16 +23,16 @@ impl LateReply {
     pub async fn start(upstream: &str, trigger: Vec<Vec<u8>>, delay: Duration) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let port = listener.local_addr().unwrap().port();
-        let fired: Arc<Mutex<Option<Instant>>> = Arc::default();
-        let (upstream, trigger, once) = (upstream.to_string(), Arc::new(trigger), fired.clone());
+        let (fired, held) = (Arc::new(Mutex::new(None)), Arc::new(Mutex::new(Vec::new())));
+        let (upstream, trigger, once, kept) = (upstream.to_string(), Arc::new(trigger), fired.clone(), held.clone());
         let task = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let Ok(server) = TcpStream::connect(&upstream).await else { continue };
-                let (trigger, once) = (trigger.clone(), once.clone());
-                tokio::spawn(forward(client, server, trigger, once, delay));
+                let (trigger, once, kept) = (trigger.clone(), once.clone(), kept.clone());
+                tokio::spawn(forward(client, server, trigger, once, kept, delay));
             }
         });
-        Self { port, fired, task }
+        Self { port, fired, held, task }
     }
 
     pub fn url(&self) -> String {
@@ -42,6 +43,11 @@ impl LateReply {
     pub fn fired(&self) -> bool {
         self.fired.lock().unwrap().is_some()
     }
+
+    /// The replies held back: what the server answered the trigger (and whatever else was in flight).
+    pub fn held(&self) -> Vec<u8> {
+        self.held.lock().unwrap().clone()
+    }
 }
 
 async fn forward(
@@ -49,6 +55,7 @@ async fn forward(
     server: TcpStream,
     trigger: Arc<Vec<Vec<u8>>>,
     once: Arc<Mutex<Option<Instant>>>,
+    kept: Arc<Mutex<Vec<u8>>>,
     delay: Duration,
 ) {
     let ((mut client_in, mut client_out), (mut server_in, mut server_out)) = (client.into_split(), server.into_split());
@@ -82,7 +89,8 @@ async fn forward(
                 Ok(n) => n,
             };
             let until = *hold_until.lock().unwrap();
-            if let Some(until) = until {
+            if let Some(until) = until.filter(|until| Instant::now() < *until) {
+                kept.lock().unwrap().extend_from_slice(&buf[..n]);
                 tokio::time::sleep_until(until).await;
             }
             if client_out.write_all(&buf[..n]).await.is_err() {

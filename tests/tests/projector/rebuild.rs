@@ -236,6 +236,10 @@ async fn a_switch_whose_reply_comes_after_the_timeout_is_taken_as_made_and_the_o
 
     let (result, notices) = runner::rebuild_noting(config).await;
     assert!(late.fired(), "the switch was sent through the proxy");
+    // The switch ran and its answer was held: not a NOSCRIPT (a script Redis did not have yet), which would
+    // fail the call before anything was switched and leave nothing in doubt.
+    let held = String::from_utf8_lossy(&late.held()).to_string();
+    assert!(!held.is_empty() && !held.contains("NOSCRIPT"), "held: {held:?}");
     assert_eq!(redis.cli(&["GET", &pointer]), "2");
     assert_eq!(result.expect("the rebuild succeeds"), Some(2), "{notices:?}");
     let generation_1 = Keyspace::new(prefix.clone(), 1);
