@@ -10,6 +10,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use shared::Topic;
 
+use crate::broker_control;
 use crate::events::Outgoing;
 use crate::{env, unique};
 
@@ -42,11 +43,22 @@ impl Topics {
             interview: format!("{run}-interview-events"),
             api_key: format!("{run}-api-key-events"),
         };
-        let admin: AdminClient<DefaultClientContext> = client.create().expect("admin client");
         let mut names: Vec<String> = Topic::ALL.iter().map(|t| topics.name(*t).to_string()).collect();
         if dead_letters {
             names.extend(Topic::ALL.iter().map(|t| format!("{}.dlq", topics.name(*t))));
         }
+        // The mock cluster answers no CreateTopics: its control port creates them.
+        let on_mock = client.get("bootstrap.servers") == Some(env("KAFKA_BROKERS").as_str());
+        if let Some(control) = broker_control::address().filter(|_| on_mock) {
+            let create = move || {
+                for name in &names {
+                    broker_control::order(&control, &format!("create {name} {partitions}"));
+                }
+            };
+            tokio::task::spawn_blocking(create).await.expect("topics created");
+            return topics;
+        }
+        let admin: AdminClient<DefaultClientContext> = client.create().expect("admin client");
         let new: Vec<NewTopic> =
             names.iter().map(|n| NewTopic::new(n, partitions, TopicReplication::Fixed(1))).collect();
         let results = admin.create_topics(&new, &AdminOptions::new()).await.expect("create topics");

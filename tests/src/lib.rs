@@ -6,6 +6,7 @@
 //! against a Redis Cluster. Each test creates its own topics and key prefix, so tests run in parallel.
 
 pub mod api;
+pub mod broker_control;
 pub mod cluster;
 pub mod cut;
 pub mod dump;
