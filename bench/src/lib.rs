@@ -6,5 +6,6 @@
 
 pub mod apply;
 pub mod broker;
+pub mod compression;
 pub mod report;
 pub mod stream;

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
+use benchmarks::compression::{self, Served};
 use benchmarks::report::Line;
 use clap::Parser;
 use redis::AsyncCommands;
@@ -22,6 +23,11 @@ struct Args {
     /// script over the whole generation, one Redis only).
     #[arg(long)]
     candidates: bool,
+    /// Also measure what compressing the served interviews' transcripts and documents would take
+    /// (`benchmarks::compression`: codecs, their decompression time, the transcripts written compressed
+    /// beside the read model as strings and as fields of a hash per organization; one Redis only).
+    #[arg(long)]
+    compression: bool,
 }
 
 /// Writes each candidate layout beside the read model, measures it and deletes it.
@@ -73,6 +79,7 @@ async fn main() -> Result<()> {
     let (mut studies, mut interviews, mut transcripts, mut transcript_bytes) = (0u64, 0u64, 0u64, 0u64);
     // What is served: each served interview's document and transcript, as stored.
     let (mut document_bytes, mut served_transcript_bytes) = (0u64, 0u64);
+    let mut served_list = Vec::new();
     for chunk in keys.chunks(1000) {
         let mut pipe = redis::pipe();
         for key in chunk {
@@ -92,6 +99,7 @@ async fn main() -> Result<()> {
                 let mut lengths = redis::pipe();
                 for id in served {
                     lengths.strlen(format!("{base}}}:transcript:{id}"));
+                    served_list.push(Served { base: format!("{base}}}"), id });
                 }
                 let lengths: Vec<u64> = lengths.query_async(&mut conn).await?;
                 served_transcript_bytes += lengths.iter().sum::<u64>();
@@ -116,6 +124,11 @@ async fn main() -> Result<()> {
             .context("measuring the candidate layouts")?;
         for (name, bytes) in measured {
             line = line.with(&format!("per_served_{name}"), per(bytes, interviews));
+        }
+    }
+    if args.compression {
+        for (name, value) in compression::measure(&mut conn, &served_list).await? {
+            line = line.with(&format!("per_served_{name}"), value);
         }
     }
     line.with("keys", keys.len())
