@@ -104,11 +104,14 @@ impl Watch {
         }
     }
 
-    /// Forgets what was recorded for `partitions`: they are read again from what Redis holds.
+    /// Forgets what was recorded for `partitions`: they are read again from what Redis holds. A primary
+    /// of which nothing is expected any more is opened again at the next record, as at a start: its hash
+    /// gone is no loss then (the loss that took it is the one being answered).
     pub fn forget(&mut self, partitions: &[Partition]) {
-        for expected in self.written.values_mut() {
+        self.written.retain(|_, expected| {
             expected.retain(|p, _| !partitions.contains(p));
-        }
+            !expected.is_empty()
+        });
     }
 
     /// Forgets everything recorded: every partition is read again from what Redis holds.

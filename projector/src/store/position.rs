@@ -17,7 +17,10 @@ use shared::Keyspace;
 use crate::source::Partition;
 
 /// Writes positions on one primary: never lowers one, and refuses (returning the partitions) where the
-/// stored position is absent or below what this projector wrote there last: the primary lost data. A
+/// stored position is absent or below what this projector wrote there last, or where the hash this
+/// projector made is gone (field `opened`): the primary lost data. Then it writes nothing at all, not even
+/// a partition it expected nothing of (one whose first messages it applied since its last record): that
+/// position would vouch for data the loss took, and reading again would start there. A
 /// projector that has not written there yet makes the hash even with no partition to record (its field
 /// `opened`), so that it exists before any data it vouches for: the API takes an organization without an
 /// epoch on a primary without it for a loss, not for an organization without data. It also writes there
@@ -30,13 +33,19 @@ if ARGV[1] == '1' then
   redis.call('HSET', KEYS[1], 'opened', '1')
   if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'layout', ARGV[2]) end
 end
+local gone = ARGV[1] ~= '1' and not redis.call('HGET', KEYS[1], 'opened')
 local lost = {}
 for i = 3, #ARGV, 3 do
   local current = redis.call('HGET', KEYS[1], ARGV[i])
   local expected = ARGV[i + 2]
-  if expected ~= '' and (not current or tonumber(current) < tonumber(expected)) then
+  if gone or (expected ~= '' and (not current or tonumber(current) < tonumber(expected))) then
     table.insert(lost, ARGV[i])
-  elseif not current or tonumber(current) < tonumber(ARGV[i + 1]) then
+  end
+end
+if #lost > 0 then return lost end
+for i = 3, #ARGV, 3 do
+  local current = redis.call('HGET', KEYS[1], ARGV[i])
+  if not current or tonumber(current) < tonumber(ARGV[i + 1]) then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   end
 end
@@ -254,15 +263,14 @@ pub async fn record(
         // Opened only once the script ran: a failed first call makes the hash again next time.
         let expected = written.entry(key).or_default();
         if !refused.is_empty() {
+            // Refused, nothing was written on this primary: nothing more is expected of it.
             lost.slots.extend(node.slots.iter().copied());
+            lost.partitions.extend(applied.keys().filter(|p| refused.contains(&p.to_string())).cloned());
+            continue;
         }
         for (p, position) in applied {
-            if refused.iter().any(|r| *r == p.to_string()) {
-                lost.partitions.push(p.clone());
-            } else {
-                let entry = expected.entry(p.clone()).or_insert(*position);
-                *entry = (*entry).max(*position);
-            }
+            let entry = expected.entry(p.clone()).or_insert(*position);
+            *entry = (*entry).max(*position);
         }
     }
     lost.partitions.sort();

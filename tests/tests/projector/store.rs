@@ -137,6 +137,45 @@ async fn positions_are_not_recorded_onto_a_redis_found_flushed() {
     assert!(held.is_empty(), "no position was written onto the flushed Redis: {held:?}");
 }
 
+/// Where the look at `INFO` did not see a flush (a user without `INFO`, or a flush between the look and
+/// the record), the record itself tells the loss; and it writes no position at all then, not even of a
+/// partition it had recorded nothing of before: that position would vouch for data the flush took, and
+/// reading again would start there, skipping it for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_that_finds_positions_lost_writes_none_even_of_partitions_new_to_it() {
+    use end_to_end::own_redis::Persistence;
+    use projector::{Metrics, Partition, Watch};
+    let own = OwnRedis::with(Persistence::AofAlways);
+    let user = ["ACL", "SETUSER", "no-info", "on", ">no-info-password", "~*", "&*", "+@all", "-info"];
+    assert_eq!(own.cli(&user), "OK");
+    let url = own.url().replace("redis://", "redis://no-info:no-info-password@");
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
+    let conn = Connection::connect(&Target::new(&url, false), settings).await.unwrap();
+    let keys = Keyspace::new(unique("unseen"), 1);
+    let metrics = std::sync::Arc::new(Metrics::new(["s".into(), "i".into(), "k".into()]));
+    let mut watch = Watch::new(conn.clone(), metrics);
+    let (a, b) = (Partition::new("s", 0), Partition::new("s", 1));
+    let first = watch.losses(&keys, &[(a.clone(), 10)].into()).await.unwrap();
+    assert!(first.is_empty(), "{first:?}");
+
+    // Partition b's first messages were applied after that record; then Redis loses everything.
+    assert_eq!(own.cli(&["FLUSHALL"]), "OK");
+    let losses = watch.losses(&keys, &[(a.clone(), 12), (b.clone(), 20)].into()).await.unwrap();
+    assert!(!losses.is_empty(), "the positions lost are a loss");
+    // Asked again before the loss is answered, of partitions it expects nothing of: the hash it made is
+    // gone, and that is the loss still.
+    let again = watch.losses(&keys, &[(b.clone(), 21), (Partition::new("s", 2), 5)].into()).await.unwrap();
+    assert!(!again.is_empty(), "its hash gone is a loss whatever partitions it names");
+    let held = runner::generation_keys(&mut conn.clone(), &keys).await;
+    assert!(held.is_empty(), "no position was written onto the flushed Redis: {held:?}");
+
+    // Answered (the one partition it expected anything of is read again from what Redis holds), the
+    // next record makes the hash again, as at a start: the loss answered is not found again.
+    watch.forget(std::slice::from_ref(&a));
+    let answered = watch.losses(&keys, &[(a, 0), (b, 0)].into()).await.unwrap();
+    assert!(answered.is_empty(), "the loss answered is found again: {answered:?}");
+}
+
 /// A projector makes its position hash on a primary at its first look, before it has applied anything
 /// (so before it writes any data there): the API takes a primary without it for one that lost its data.
 /// After a flush the hash is not made again until the loss is answered (the projector forgets what it
