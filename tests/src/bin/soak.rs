@@ -97,7 +97,7 @@ fn main() -> ExitCode {
 
 /// Whether each projector's log says the group assigned it partitions at least once.
 fn assigned_by_the_group(logs: &std::path::Path) -> bool {
-    (0..2).all(|i| {
+    (0..soak::PROJECTORS).all(|i| {
         let log = std::fs::read_to_string(logs.join(format!("projector-{i}.log"))).unwrap_or_default();
         log.contains("partitions assigned by the group")
     })

@@ -35,7 +35,7 @@ impl OwnBroker {
     pub fn start_mock() -> Self {
         let dir = dir();
         let (brokers_file, control_file) = (dir.join("brokers"), dir.join("control"));
-        let child = Command::new(runner::binary().with_file_name("demo-kafka"))
+        let mut child = Command::new(runner::binary().with_file_name("demo-kafka"))
             .args(["--topics", ""])
             .arg("--brokers-file")
             .arg(&brokers_file)
@@ -45,7 +45,11 @@ impl OwnBroker {
             .spawn()
             .expect("demo-kafka is built beside the projector (cargo build --workspace --bins)");
         let deadline = Instant::now() + Duration::from_secs(30);
+        // It writes the control file, then the brokers file once its brokers answer.
         while !brokers_file.exists() {
+            if let Some(status) = child.try_wait().expect("demo-kafka's status") {
+                panic!("demo-kafka exited before its brokers were up ({status})");
+            }
             assert!(Instant::now() < deadline, "demo-kafka wrote no brokers file within 30 s");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -112,10 +116,6 @@ impl OwnBroker {
             Kind::Mock { .. } => {}
         }
         self.up = false;
-    }
-
-    pub fn is_up(&self) -> bool {
-        self.up
     }
 }
 

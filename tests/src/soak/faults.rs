@@ -91,7 +91,7 @@ pub struct Setting {
 }
 
 /// Instances of the projector run side by side (they share the partitions).
-const PROJECTORS: usize = 2;
+pub const PROJECTORS: usize = 2;
 
 impl Injector {
     pub fn new(seed: u64, redis: Redis, broker: OwnBroker, setting: Setting) -> Self {

@@ -17,6 +17,7 @@ use shared::redis_url::Target;
 use shared::{Keyspace, Topic};
 
 pub use broker::OwnBroker;
+pub use faults::PROJECTORS;
 use faults::{Injector, Redis, Setting};
 use prober::Prober;
 pub use report::Report;
