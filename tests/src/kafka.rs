@@ -197,3 +197,53 @@ pub async fn read(topic: &str, count: usize, timeout: Duration) -> Vec<Received>
     .await
     .expect("reader thread")
 }
+
+/// Commits every partition of `topics` for `group` at its earliest or its latest offset, as
+/// `kafka-consumer-groups --reset-offsets --to-earliest` (or `--to-latest`) does while the group is empty,
+/// through a client of `client`'s broker. A coordinator may take commits from members only (the mock
+/// cluster's does), so this joins the group to commit, and leaves.
+pub fn reset_offsets(mut client: ClientConfig, topics: &Topics, group: &str, latest: bool) {
+    use rdkafka::consumer::CommitMode;
+    use std::time::Instant;
+    const TIMEOUT: Duration = Duration::from_secs(10);
+    client
+        .set("group.id", group)
+        .set("session.timeout.ms", "6000")
+        .set("partition.assignment.strategy", "cooperative-sticky");
+    let consumer: BaseConsumer = client.create().expect("consumer");
+    let names: Vec<&str> = Topic::ALL.iter().map(|t| topics.name(*t)).collect();
+    let mut list = TopicPartitionList::new();
+    for name in &names {
+        let metadata = consumer.fetch_metadata(Some(name), TIMEOUT).expect("the topic's metadata");
+        for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
+            let (low, high) = consumer.fetch_watermarks(name, partition.id(), TIMEOUT).expect("watermarks");
+            let at = Offset::Offset(if latest { high } else { low });
+            list.add_partition_offset(name, partition.id(), at).expect("offset");
+        }
+    }
+    consumer.subscribe(&names).expect("subscribed");
+    let joined = Instant::now() + Duration::from_secs(30);
+    while consumer.assignment().expect("assignment").count() < list.count() {
+        assert!(Instant::now() < joined, "the resetting consumer was given every partition");
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
+    // Sent without waiting (a commit that waits has no deadline), then read back until it holds.
+    consumer.commit(&list, CommitMode::Async).expect("offsets reset");
+    let committed = Instant::now() + Duration::from_secs(30);
+    let offsets = |list: &TopicPartitionList| {
+        let mut all: Vec<_> =
+            list.elements().iter().map(|e| (e.topic().to_string(), e.partition(), e.offset().to_raw())).collect();
+        all.sort();
+        all
+    };
+    while consumer.committed(TIMEOUT).ok().is_none_or(|now| offsets(&now) != offsets(&list)) {
+        assert!(Instant::now() < committed, "the reset offsets were committed");
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
+    consumer.unsubscribe();
+    let left = Instant::now() + Duration::from_secs(30);
+    while consumer.assignment().expect("assignment").count() > 0 {
+        assert!(Instant::now() < left, "the resetting consumer left the group");
+        let _ = consumer.poll(Duration::from_millis(100));
+    }
+}

@@ -9,7 +9,7 @@ use end_to_end::kafka::{self, Topics, PARTITIONS};
 use end_to_end::mock_kafka::{MockKafka, REBALANCE_ROUND_MS, SESSION_TIMEOUT_MS};
 use end_to_end::scenario::Scenario;
 use end_to_end::{eventually, metrics, read_model, redis, runner, unique};
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
 use rdkafka::{Offset, TopicPartitionList};
 use shared::connection::Connection;
@@ -171,49 +171,9 @@ fn partitions(topics: &Topics, offset: Offset) -> TopicPartitionList {
     list
 }
 
-/// Commits every partition of `topics` for `group` at its earliest or its latest offset, as
-/// `kafka-consumer-groups --reset-offsets --to-earliest` (or `--to-latest`) does while the group is empty.
-/// The mock's coordinator takes commits from members only, so this joins the group to commit, and
-/// leaves.
+/// Commits every partition of `topics` for `group` at its earliest or its latest offset, on the mock.
 fn reset_offsets(kafka: &MockKafka, topics: &Topics, group: &str, latest: bool) {
-    let mut client = kafka.client();
-    client
-        .set("group.id", group)
-        .set("session.timeout.ms", "6000")
-        .set("partition.assignment.strategy", "cooperative-sticky");
-    let consumer: BaseConsumer = client.create().expect("consumer");
-    let names: Vec<&str> = Topic::ALL.iter().map(|t| topics.name(*t)).collect();
-    consumer.subscribe(&names).expect("subscribed");
-    let joined = Instant::now() + Duration::from_secs(30);
-    while consumer.assignment().expect("assignment").count() < ALL_PARTITIONS {
-        assert!(Instant::now() < joined, "the resetting consumer was given every partition");
-        let _ = consumer.poll(Duration::from_millis(100));
-    }
-    let mut list = partitions(topics, Offset::Invalid);
-    for element in list.clone().elements() {
-        let (low, high) = consumer.fetch_watermarks(element.topic(), element.partition(), TIMEOUT).expect("watermarks");
-        let at = Offset::Offset(if latest { high } else { low });
-        list.set_partition_offset(element.topic(), element.partition(), at).expect("offset");
-    }
-    // Sent without waiting (a commit that waits has no deadline), then read back until it holds.
-    consumer.commit(&list, CommitMode::Async).expect("offsets reset");
-    let committed = Instant::now() + Duration::from_secs(30);
-    let offsets = |list: &TopicPartitionList| {
-        let mut all: Vec<_> =
-            list.elements().iter().map(|e| (e.topic().to_string(), e.partition(), e.offset().to_raw())).collect();
-        all.sort();
-        all
-    };
-    while consumer.committed(TIMEOUT).ok().is_none_or(|now| offsets(&now) != offsets(&list)) {
-        assert!(Instant::now() < committed, "the reset offsets were committed");
-        let _ = consumer.poll(Duration::from_millis(100));
-    }
-    consumer.unsubscribe();
-    let left = Instant::now() + Duration::from_secs(30);
-    while consumer.assignment().expect("assignment").count() > 0 {
-        assert!(Instant::now() < left, "the resetting consumer left the group");
-        let _ = consumer.poll(Duration::from_millis(100));
-    }
+    kafka::reset_offsets(kafka.client(), topics, group, latest);
 }
 
 const TIMEOUT: Duration = Duration::from_secs(10);

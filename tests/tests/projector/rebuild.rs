@@ -160,6 +160,39 @@ async fn a_rebuild_killed_halfway_never_becomes_active_and_the_next_one_resumes(
     live.stop().await;
 }
 
+/// An interrupted rebuild whose generation kept its meta but lost its data and positions (the primaries
+/// holding them lost them while no rebuild ran) resumes from what its generation holds, the earliest
+/// offsets here, not from its consumer group's offsets, which were committed at the ends before the loss
+/// and vouch for nothing Redis lost; it switches to a complete generation. Handing over at once (a lag
+/// above the whole stream), the handover also meets those offsets before the rebuild has read again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rebuild_resumed_after_its_generation_lost_data_reads_it_again_whatever_its_group_committed() {
+    let (topics, scenario) = scenario::published(0x5eed_0013, 4, 20, 6).await;
+    let total = scenario.messages.len();
+    let live = runner::spawn_caught_up(&topics, total as u64, Duration::from_secs(120)).await;
+    let (prefix, group) = (live.prefix().to_string(), live.group().to_string());
+    // The interrupted rebuild of generation 2: its state, its meta, and its group's offsets at the ends
+    // of the topics, as when it had read everything and was waiting to hand over. Nothing else of it
+    // is left in Redis.
+    let rebuild_group = format!("{group}-rebuild-g2");
+    let state = [("generation", "2"), ("group", rebuild_group.as_str()), ("phase", "building")];
+    let _: () = redis().await.hset_multiple(Keyspace::rebuild(&prefix), &state).await.unwrap();
+    let layout = shared::layout::LAYOUT.to_string();
+    let meta = [("started", "2026-11-29T00:00:00Z"), ("group", rebuild_group.as_str()), ("layout", layout.as_str())];
+    let building = Keyspace::new(prefix.clone(), 2);
+    let _: () = redis().await.hset_multiple(building.meta(), &meta).await.unwrap();
+    let _: () = redis().await.set(Keyspace::generation_counter(&prefix), 2).await.unwrap();
+    kafka::reset_offsets(kafka::client(), &topics, &rebuild_group, true);
+
+    let rebuild = ["rebuild", "--grace-secs", "1", "--handover-lag", "100000000", "--lock-wait-secs", "0"];
+    let stdout = runner::succeed(&topics, &prefix, &group, &rebuild, Duration::from_secs(120)).await;
+    assert!(stdout.contains("resuming the interrupted rebuild of generation 2"), "{stdout}");
+    assert!(stdout.contains("switched to generation 2"), "{stdout}");
+    assert_eq!(active(&prefix).await, Some(2));
+    assert_eq!(runner::digest(&building).await, scratch_digest(&topics, total as u64).await, "{stdout}");
+    live.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rebuild_whose_generation_lost_its_data_starts_over_and_says_so() {
     let topics = Topics::holding(&fixture::completed_study("org", "s1", "2026-03-01T00:00:00Z").messages).await;
