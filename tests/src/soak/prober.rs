@@ -19,6 +19,11 @@ pub enum Answer {
     Waiting,
     /// A revoked key refused, as it must be.
     Revoked,
+    /// 429 from the throttle of unknown keys, with Retry-After: the prober is one client that sends revoked
+    /// keys many times a second, so that each API-key event (which ends the invalid keys kept in memory)
+    /// costs it lookups that find no key; past `UNKNOWN_KEYS_PER_SECOND` the API answers that client's keys
+    /// not kept in memory 429, as configured. Neither served nor refused: counted apart, not wrong.
+    Throttled,
     /// Wrong: a live key refused.
     LiveKeyRefused,
     /// Wrong: a list shorter than the organization's.
@@ -33,7 +38,7 @@ pub enum Answer {
 
 impl Answer {
     pub fn is_wrong(self) -> bool {
-        !matches!(self, Answer::Served | Answer::Waiting | Answer::Revoked)
+        !matches!(self, Answer::Served | Answer::Waiting | Answer::Revoked | Answer::Throttled)
     }
 }
 
@@ -108,7 +113,9 @@ async fn ask(client: &reqwest::Client, address: &str, asker: &Asker) -> (Answer,
         return (Answer::Unreachable, None);
     };
     let status = response.status().as_u16();
+    let retry_after = response.headers().contains_key("retry-after");
     let body: serde_json::Value = response.json().await.unwrap_or_default();
+    let unknown_keys = body["error"] == "too many unknown API keys from this client";
     let total = body["pagination"]["total"].as_u64();
     let answer = match (status, asker.live) {
         (200, true) if total.is_some_and(|t| t >= asker.studies) => Answer::Served,
@@ -117,6 +124,7 @@ async fn ask(client: &reqwest::Client, address: &str, asker: &Asker) -> (Answer,
         (401, true) => Answer::LiveKeyRefused,
         (401, false) => Answer::Revoked,
         (503, _) => Answer::Waiting,
+        (429, _) if unknown_keys && retry_after => Answer::Throttled,
         (other, _) => Answer::Unexpected(other),
     };
     (answer, total)

@@ -124,15 +124,24 @@ mod tests {
             heard(soon, Answer::ShortList),
             heard(soon, Answer::LiveKeyRefused),
             heard(soon, Answer::Served),
+            heard(soon, Answer::Throttled),
+            heard(late, Answer::Unexpected(429)),
             heard(promoted - Duration::from_millis(10), Answer::RevokedKeyOpened),
         ];
         let (excused, wrong) = judge(&answers, &[promoted]);
         assert_eq!(excused.len(), 1);
         assert_eq!(excused[0].1, Duration::from_millis(500));
         let wrong: Vec<Answer> = wrong.iter().map(|h| h.answer).collect();
-        let expected = [Answer::RevokedKeyOpened, Answer::ShortList, Answer::LiveKeyRefused, Answer::RevokedKeyOpened];
+        // The unknown-keys throttle's 429 is counted apart; any other 429 is wrong.
+        let expected = [
+            Answer::RevokedKeyOpened,
+            Answer::ShortList,
+            Answer::LiveKeyRefused,
+            Answer::Unexpected(429),
+            Answer::RevokedKeyOpened,
+        ];
         assert_eq!(wrong, expected);
         let (excused, wrong) = judge(&answers, &[]);
-        assert!(excused.is_empty() && wrong.len() == 5, "without a promotion nothing is excused");
+        assert!(excused.is_empty() && wrong.len() == 6, "without a promotion nothing is excused");
     }
 }
