@@ -227,9 +227,12 @@ pub fn reset_offsets(mut client: ClientConfig, topics: &Topics, group: &str, lat
         assert!(Instant::now() < joined, "the resetting consumer was given every partition");
         let _ = consumer.poll(Duration::from_millis(100));
     }
-    // Sent without waiting (a commit that waits has no deadline), then read back until it holds.
-    consumer.commit(&list, CommitMode::Async).expect("offsets reset");
+    // Sent without waiting (a commit that waits has no deadline), then read back until it holds, and sent
+    // again each second meanwhile: a commit that meets a rebalance (a cooperative assignor's second round)
+    // is refused and not tried again by the client.
     let committed = Instant::now() + Duration::from_secs(30);
+    let mut sent = Instant::now();
+    consumer.commit(&list, CommitMode::Async).expect("offsets reset");
     let offsets = |list: &TopicPartitionList| {
         let mut all: Vec<_> =
             list.elements().iter().map(|e| (e.topic().to_string(), e.partition(), e.offset().to_raw())).collect();
@@ -239,6 +242,10 @@ pub fn reset_offsets(mut client: ClientConfig, topics: &Topics, group: &str, lat
     while consumer.committed(TIMEOUT).ok().is_none_or(|now| offsets(&now) != offsets(&list)) {
         assert!(Instant::now() < committed, "the reset offsets were committed");
         let _ = consumer.poll(Duration::from_millis(100));
+        if sent.elapsed() >= Duration::from_secs(1) {
+            consumer.commit(&list, CommitMode::Async).expect("offsets reset");
+            sent = Instant::now();
+        }
     }
     consumer.unsubscribe();
     let left = Instant::now() + Duration::from_secs(30);

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 pub use process::{binary, command, output_within, spawn_process, status_of, succeed, KillOnDrop};
 
 use crate::kafka::Topics;
-use crate::{env, eventually, unique};
+use crate::{env, unique};
 
 /// The projector's arguments for a test's topics, key prefix and consumer group.
 pub fn args(topics: &Topics, prefix: &str, group: &str) -> Vec<String> {
@@ -147,12 +147,20 @@ pub async fn build(config: Config, total: u64, timeout: Duration) {
 /// test after `timeout`.
 pub async fn wait_until_consumed(projectors: &[&Running], total: u64, timeout: Duration) {
     let what = format!("{total} messages consumed and the read model complete");
-    eventually(timeout, &what, || async {
+    crate::eventually_showing(timeout, &what, || async {
         let healing = projectors
             .iter()
             .map(|running| crate::metrics::sample(&running.metrics_text(), "projector_healing_partitions", &[]))
             .sum::<f64>();
-        (projectors.iter().map(|running| running.consumed()).sum::<u64>() >= total && healing == 0.0).then_some(())
+        let consumed = projectors.iter().map(|running| running.consumed()).sum::<u64>();
+        let behind = projectors
+            .iter()
+            .map(|running| crate::metrics::sample(&running.metrics_text(), "projector_lag_messages", &[]))
+            .sum::<f64>();
+        if consumed >= total && healing == 0.0 {
+            return Ok(());
+        }
+        Err(format!("{consumed} consumed, {healing} partitions healing, {behind} messages behind"))
     })
     .await
 }
