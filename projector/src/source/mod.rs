@@ -235,16 +235,17 @@ impl Source {
         self.recorded.hold(positions);
     }
 
-    /// Commits, asynchronously, what was applied and is recorded, where it moved since the last commit.
+    /// Commits, asynchronously, what was applied and is recorded, where it moved since the last commit
+    /// (and everything now and then: [`recorded::RESEND_EVERY`]).
     pub fn commit_recorded(&mut self) {
-        let offsets = self.recorded.committable(&self.applied, true);
+        let offsets = self.recorded.committable(&self.applied, true, Instant::now());
         self.commit_offsets(offsets.iter().map(|(p, o)| (p, *o)), CommitMode::Async);
     }
 
     /// Commits, synchronously, every offset applied so far that Redis holds the position of (async
     /// commits may still be in flight); a group member's commits never wait.
     pub fn commit_applied(&mut self) {
-        let offsets = self.recorded.committable(&self.applied, false);
+        let offsets = self.recorded.committable(&self.applied, false, Instant::now());
         self.commit_offsets(offsets.iter().map(|(p, o)| (p, *o)), CommitMode::Sync);
     }
 

@@ -8,7 +8,7 @@ use end_to_end::events::Outgoing;
 use end_to_end::kafka::{self, Topics, PARTITIONS};
 use end_to_end::mock_kafka::{MockKafka, REBALANCE_ROUND_MS, SESSION_TIMEOUT_MS};
 use end_to_end::scenario::Scenario;
-use end_to_end::{eventually, metrics, read_model, redis, runner, unique};
+use end_to_end::{eventually, eventually_showing, metrics, read_model, redis, runner, unique};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::producer::FutureProducer;
 use rdkafka::{Offset, TopicPartitionList};
@@ -224,6 +224,31 @@ async fn an_operators_offset_reset_neither_skips_nor_rereads_events_and_the_grou
     running.wait_until_consumed(total, Duration::from_secs(60)).await;
     running.stop_within(STOP).await;
     assert_eq!(runner::digest(&keys).await, digest);
+}
+
+/// A commit the broker refuses is sent again until one is taken: the group's offsets come to show the read
+/// model's positions though the commit placing the partitions and the next ones were refused, and no new
+/// event comes to carry a later commit. Red when a refused commit waits for its partition to move.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_the_broker_refuses_are_sent_again_until_the_group_shows_the_read_models_positions() {
+    let world = HalfPublished::start(0x5eed_0851).await;
+    let (kafka, topics, group) = (&world.kafka, &world.topics, world.group.as_str());
+    build(world.config(&[]), world.first().len() as u64).await;
+    reset_offsets(kafka, topics, group, false);
+    assert!(committed_and_ends(kafka, topics, group).iter().any(|(committed, end)| committed < end));
+
+    kafka.refuse_commits(5);
+    let running = runner::spawn(world.config(&[])).await;
+    eventually_showing(Duration::from_secs(30), "the group's offsets at the read model's positions", || async {
+        let now = committed_and_ends(kafka, topics, group);
+        if now.iter().all(|(committed, end)| committed == end) {
+            return Ok(());
+        }
+        Err(format!("{now:?} (committed, end)"))
+    })
+    .await;
+    assert_eq!(running.consumed(), 0, "nothing read again");
+    running.stop_within(STOP).await;
 }
 
 /// KIP-848's protocol, where the broker offers it: the broker assigns, and the members ask for nothing
