@@ -67,11 +67,10 @@ pub async fn run(
         }
     };
     let live = live_applied(config, conn, projector, &paused).await?;
-    // What this rebuild committed before a restart counts as applied.
-    let own = projector.source.committed()?;
-    let reached = |projector: &Projector, partition| {
-        projector.source.applied_offset(partition).max(own.get(partition).copied().unwrap_or(0))
-    };
+    // What this rebuild applied, never what its group committed: a resumed rebuild starts each partition
+    // at the position its generation holds (`Source::assign`), which covers what it applied before a
+    // restart, and offsets its group committed before its generation lost data vouch for nothing.
+    let reached = |projector: &Projector, partition| projector.source.applied_offset(partition);
     while !live.iter().all(|(partition, offset)| reached(projector, partition) >= *offset) {
         lock.ensure_held()?;
         match projector.step(watch, stopped, std::time::Duration::from_millis(200)).await {

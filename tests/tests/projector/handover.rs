@@ -267,3 +267,54 @@ async fn a_switch_landing_between_the_reads_of_the_control_keys_never_reads_as_a
         );
     }
 }
+
+/// A rebuild resumed after its generation lost its data and positions, whose group committed the ends of
+/// the topics before the loss, catches up with the live projectors by what it applies, never by those
+/// offsets: here the broker refuses every commit of the resumed rebuild, so its group's offsets stay at
+/// the ends, and the switch is still to a generation equal to a build from scratch. Red while the
+/// handover counted the rebuild's committed offsets as applied (it switched having applied nothing of the
+/// partitions it had not read yet).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_rebuild_catches_up_by_what_it_applied_never_by_offsets_its_group_committed_before_a_loss() {
+    let kafka = MockKafka::start();
+    let topics = kafka.topics();
+    let scenario = Scenario::generate(0x5eed_0a13, 12, 30, 6);
+    let total = scenario.messages.len() as u64;
+    kafka::publish(&kafka::producer_on(kafka.client()), &topics, &scenario.messages).await;
+    let (prefix, group) = (unique("rm"), unique("g"));
+    let live = runner::spawn(kafka.config(&topics, &prefix, &group, &[])).await;
+    live.wait_until_consumed(total, Duration::from_secs(120)).await;
+
+    // The interrupted rebuild of generation 2: its state and meta, and its group's offsets at the ends of
+    // the topics, as when it had read everything before its generation's data was lost.
+    let rebuild_group = format!("{group}-rebuild-g2");
+    let mut conn = end_to_end::redis().await;
+    let state = [("generation", "2"), ("group", rebuild_group.as_str()), ("phase", "building")];
+    let _: () = conn.hset_multiple(Keyspace::rebuild(&prefix), &state).await.unwrap();
+    let layout = shared::layout::LAYOUT.to_string();
+    let meta = [("started", "2026-11-29T00:00:00Z"), ("group", rebuild_group.as_str()), ("layout", layout.as_str())];
+    let building = Keyspace::new(prefix.clone(), 2);
+    let _: () = conn.hset_multiple(building.meta(), &meta).await.unwrap();
+    let _: () = conn.set(Keyspace::generation_counter(&prefix), 2).await.unwrap();
+    kafka::reset_offsets(kafka.client(), &topics, &rebuild_group, true);
+    kafka.refuse_commits(1_000_000);
+
+    let config = kafka.config(&topics, &prefix, &group, &[]);
+    let (switched, notices) = runner::rebuild_handing_over_at(config, i64::MAX).await;
+    assert_eq!(switched.expect("the rebuild switches"), Some(2), "{notices:#?}");
+    // The digest the switch printed: the generation as it was switched to, before anyone else wrote it.
+    let at_switch = notices.iter().find_map(|n| n.strip_prefix("switched to generation 2 (was 1); digest "));
+    let at_switch = at_switch.expect("the switch's digest").to_string();
+    eventually(Duration::from_secs(10), "the live projector to follow the switch", || async {
+        (runner::instances(&conn, &prefix).await.iter().all(|(_, _, generation)| *generation == 2)).then_some(())
+    })
+    .await;
+    let losses = metrics::sample(&live.metrics_text(), "projector_redis_losses_total", &[]);
+    live.stop().await;
+    assert_eq!(losses, 0.0, "the live projector found generation 2 holding less than it had applied");
+
+    let scratch = Keyspace::new(unique("scratch"), 1);
+    runner::build(kafka.config(&topics, scratch.prefix(), &unique("g"), &[]), total, Duration::from_secs(120)).await;
+    assert_eq!(at_switch, runner::digest(&scratch).await, "generation 2 is every event's read model when switched to");
+    assert_eq!(runner::digest(&building).await, at_switch);
+}
