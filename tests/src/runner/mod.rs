@@ -325,3 +325,20 @@ pub async fn organization_digest(keys: &Keyspace, org: &str) -> String {
 pub async fn repair(config: Config, target: projector::RepairTarget) -> projector::RepairReport {
     projector::repair(&config, target, projector::REPAIR_ATTEMPTS, &|_, _| {}).await.expect("the repair succeeds")
 }
+
+/// Leaves in Redis what an interrupted rebuild of `generation` under `prefix` leaves when its generation
+/// lost its data and positions: its state (building, with consumer group `group`), its generation's meta
+/// at this build's layout, and the generation counter at `generation`. Returns the generation's keys.
+pub async fn interrupted_rebuild(prefix: &str, generation: u64, group: &str) -> Keyspace {
+    use redis::AsyncCommands;
+    let mut conn = crate::redis().await;
+    let number = generation.to_string();
+    let state = [("generation", number.as_str()), ("group", group), ("phase", "building")];
+    let _: () = conn.hset_multiple(Keyspace::rebuild(prefix), &state).await.expect("rebuild state");
+    let layout = shared::layout::LAYOUT.to_string();
+    let meta = [("started", "2026-11-29T00:00:00Z"), ("group", group), ("layout", layout.as_str())];
+    let keys = Keyspace::new(prefix.to_string(), generation);
+    let _: () = conn.hset_multiple(keys.meta(), &meta).await.expect("generation meta");
+    let _: () = conn.set(Keyspace::generation_counter(prefix), generation).await.expect("generation counter");
+    keys
+}

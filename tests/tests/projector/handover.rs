@@ -288,14 +288,8 @@ async fn a_resumed_rebuild_catches_up_by_what_it_applied_never_by_offsets_its_gr
     // The interrupted rebuild of generation 2: its state and meta, and its group's offsets at the ends of
     // the topics, as when it had read everything before its generation's data was lost.
     let rebuild_group = format!("{group}-rebuild-g2");
-    let mut conn = end_to_end::redis().await;
-    let state = [("generation", "2"), ("group", rebuild_group.as_str()), ("phase", "building")];
-    let _: () = conn.hset_multiple(Keyspace::rebuild(&prefix), &state).await.unwrap();
-    let layout = shared::layout::LAYOUT.to_string();
-    let meta = [("started", "2026-11-29T00:00:00Z"), ("group", rebuild_group.as_str()), ("layout", layout.as_str())];
-    let building = Keyspace::new(prefix.clone(), 2);
-    let _: () = conn.hset_multiple(building.meta(), &meta).await.unwrap();
-    let _: () = conn.set(Keyspace::generation_counter(&prefix), 2).await.unwrap();
+    let building = runner::interrupted_rebuild(&prefix, 2, &rebuild_group).await;
+    let conn = end_to_end::redis().await;
     kafka::reset_offsets(kafka.client(), &topics, &rebuild_group, true);
     kafka.refuse_commits(1_000_000);
 

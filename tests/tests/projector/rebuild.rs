@@ -175,13 +175,7 @@ async fn a_rebuild_resumed_after_its_generation_lost_data_reads_it_again_whateve
     // of the topics, as when it had read everything and was waiting to hand over. Nothing else of it
     // is left in Redis.
     let rebuild_group = format!("{group}-rebuild-g2");
-    let state = [("generation", "2"), ("group", rebuild_group.as_str()), ("phase", "building")];
-    let _: () = redis().await.hset_multiple(Keyspace::rebuild(&prefix), &state).await.unwrap();
-    let layout = shared::layout::LAYOUT.to_string();
-    let meta = [("started", "2026-11-29T00:00:00Z"), ("group", rebuild_group.as_str()), ("layout", layout.as_str())];
-    let building = Keyspace::new(prefix.clone(), 2);
-    let _: () = redis().await.hset_multiple(building.meta(), &meta).await.unwrap();
-    let _: () = redis().await.set(Keyspace::generation_counter(&prefix), 2).await.unwrap();
+    let building = runner::interrupted_rebuild(&prefix, 2, &rebuild_group).await;
     kafka::reset_offsets(kafka::client(), &topics, &rebuild_group, true);
 
     let rebuild = ["rebuild", "--grace-secs", "1", "--handover-lag", "100000000", "--lock-wait-secs", "0"];
