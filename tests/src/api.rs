@@ -102,6 +102,20 @@ impl TestApp {
         .await
     }
 
+    /// Panics unless every 503 this instance answered so far was one a loaded machine causes (a Redis
+    /// command over its timeout, a request shed or over its own): a test waiting for an answer may ask
+    /// again after those, never after a refusal that says something of the read model (healing, lost...).
+    pub async fn assert_refused_only_for_load(&self) {
+        let text = self.admin_get("/metrics").await.text().await.unwrap();
+        let other: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with("api_refused_total{"))
+            .filter(|line| !line.contains("cause=\"redis\"") && !line.contains("cause=\"overloaded\""))
+            .filter(|line| line.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()).unwrap_or(0.0) > 0.0)
+            .collect();
+        assert!(other.is_empty(), "refused for something other than load: {other:?}");
+    }
+
     /// GET with the key and parse the JSON body; returns the status too.
     pub async fn json(&self, path: &str, key: &str) -> (u16, serde_json::Value) {
         let response = self.get(path, Some(key)).await;

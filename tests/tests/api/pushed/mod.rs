@@ -1,8 +1,10 @@
 //! Changes pushed by Redis to every API instance (`CLIENT TRACKING`): a change is served, and a deleted key
 //! refused, by two instances once the projector applies it, many times over, with no timer that could have
-//! told them (how fast is measured by `scripts/bench-freshness`, not asserted here); when the push connection is cut or Redis stalls, what was kept stops being served
-//! within the documented half second; and an idle instance costs Redis the same few commands a second
-//! whether it keeps a hundred organizations or thousands.
+//! told them (how fast is measured by `scripts/bench-freshness`, not asserted here); an idle instance costs
+//! Redis the same few commands a second whether it keeps a hundred organizations or thousands. What happens
+//! when the push connection is cut or Redis stalls is in [`own_redis`].
+
+mod own_redis;
 
 use std::time::{Duration, Instant};
 
@@ -15,9 +17,7 @@ use redis::AsyncCommands;
 use serde_json::json;
 use shared::{Keyspace, Topic};
 
-/// How long after its push connection is cut or stalls an instance stops serving what it kept (the
-/// tracker's `TRUSTED_FOR`, and a margin for a loaded machine).
-const UNTRUSTED_WITHIN: Duration = Duration::from_millis(700);
+use own_redis::on_own_redis;
 
 fn retitled(org: &str, study: &str, sequence: u64, title: &str) -> end_to_end::events::Outgoing {
     let data = json!({"internalTitle": title});
@@ -59,14 +59,29 @@ async fn pushed_to(apps: &[&TestApp], before: &[(f64, f64)], what: &str) {
     }
 }
 
-/// Waits until `app` answers `secret` from memory: a request that looks nothing up in Redis.
+/// Waits until `app` answers `secret` from memory: a request that looks nothing up in Redis. A 503 a
+/// loaded machine causes (a Redis read over the API's 500 ms) is asked again; any other answer fails.
 async fn key_kept(app: &TestApp, secret: &str) {
     eventually(Duration::from_secs(60), "the key kept in memory", || async {
         let before = keys_looked_up_in_redis(app).await;
-        assert_eq!(app.get("/v1/studies", Some(secret)).await.status(), 200);
+        if !served(app, secret).await {
+            return None;
+        }
         (keys_looked_up_in_redis(app).await == before).then_some(())
     })
     .await;
+}
+
+/// Whether `/v1/studies` was 200 for `secret`; false after a 503 for load only, and a panic on anything
+/// else.
+async fn served(app: &TestApp, secret: &str) -> bool {
+    let status = app.get("/v1/studies", Some(secret)).await.status();
+    if status == 503 {
+        app.assert_refused_only_for_load().await;
+        return false;
+    }
+    assert_eq!(status, 200, "a valid key refused");
+    true
 }
 
 async fn keys_looked_up_in_redis(app: &TestApp) -> f64 {
@@ -208,115 +223,21 @@ async fn a_deleted_key_is_pushed_to_two_instances_that_keep_it_and_refused_by_bo
         // A key event drops that key only: the organization's other key is still kept, so a lookup in Redis
         // is one of a kept key that no probe vouched for at that moment, never one of a key forgotten.
         for app in [&world.app, &other] {
-            let (before, unvouched) = (keys_looked_up_in_redis(app).await, keys_not_vouched_for(app).await);
-            assert_eq!(app.get("/v1/studies", Some(ACME_KEY)).await.status(), 200);
-            let looked_up = keys_looked_up_in_redis(app).await - before;
-            let unvouched = keys_not_vouched_for(app).await - unvouched;
-            assert_eq!(looked_up, unvouched, "the key deletion dropped another key");
+            eventually(Duration::from_secs(30), "the organization's other key served", || async {
+                let (before, unvouched) = (keys_looked_up_in_redis(app).await, keys_not_vouched_for(app).await);
+                if !served(app, ACME_KEY).await {
+                    return None;
+                }
+                let looked_up = keys_looked_up_in_redis(app).await - before;
+                let unvouched = keys_not_vouched_for(app).await - unvouched;
+                assert_eq!(looked_up, unvouched, "the key deletion dropped another key");
+                Some(())
+            })
+            .await;
         }
     }
     // Every deletion was pushed and refused: a kept key has no expiry, so nothing else refuses it.
     eprintln!("applied -> refused by both instances: {delays:?}");
-}
-
-/// The ids of the clients of `redis` that have tracking on: the API's push connections.
-fn tracking_clients(redis: &OwnRedis) -> Vec<String> {
-    let list = redis.cli(&["CLIENT", "LIST"]);
-    list.lines()
-        .filter(|line| line.split(' ').any(|field| field.strip_prefix("flags=").is_some_and(|f| f.contains('t'))))
-        .filter_map(|line| line.split(' ').find_map(|field| field.strip_prefix("id=")).map(String::from))
-        .collect()
-}
-
-/// A projector and an API on a Redis of the test's own, which the test may cut or pause.
-async fn on_own_redis(redis: &OwnRedis) -> (kafka::Topics, String, runner::Running, TestApp) {
-    let messages = fixture::dataset();
-    let topics = kafka::Topics::holding(&messages).await;
-    let prefix = unique("pushed");
-    let mut projector = runner::config(&topics, &prefix, &unique("g"));
-    projector.redis.url = redis.url().into();
-    projector.redis.cluster = false;
-    let projector = runner::spawn(projector).await;
-    projector.wait_until_consumed(messages.len() as u64, Duration::from_secs(60)).await;
-    let mut api = config(&prefix, &redis.url());
-    api.redis.cluster = false;
-    api.generation_refresh_ms = 60_000;
-    let app = spawn_app(api).await;
-    eventually(Duration::from_secs(30), "the study answered from memory", || async {
-        let before = served_from_memory(&app).await;
-        (app.get("/v1/studies/s_a", Some(ACME_KEY)).await.status() == 200 && served_from_memory(&app).await > before)
-            .then_some(())
-    })
-    .await;
-    (topics, prefix, projector, app)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn when_the_push_connection_is_cut_a_change_is_still_served_at_once_and_keeping_resumes() {
-    let redis = OwnRedis::start();
-    let (topics, prefix, _projector, app) = on_own_redis(&redis).await;
-    let keys = Keyspace::new(prefix, 1);
-    let target = shared::redis_url::Target::Single(redis.url());
-    let settings = shared::connection::Settings { timeout: Duration::from_secs(5), cluster_retries: 0 };
-    let conn = shared::connection::Connection::connect(&target, settings).await.unwrap();
-    let producer = kafka::producer();
-    for round in 0..5u64 {
-        let cut = tracking_clients(&redis);
-        assert!(!cut.is_empty(), "the API has a push connection");
-        for id in &cut {
-            redis.cli(&["CLIENT", "KILL", "ID", id]);
-        }
-        // A change made while nothing can push it.
-        let name = format!("after cut {round}");
-        kafka::publish(&producer, &topics, &[retitled(ACME, "s_a", 4 + round, &name)]).await;
-        let at = applied_on(conn.clone(), &keys, ACME, "s_a", &name).await;
-        let name = &name;
-        let delay = everywhere(&[&app], at, |app| async move { title(app, "s_a").await == *name }).await;
-        assert!(delay < UNTRUSTED_WITHIN, "round {round}: the change was served {delay:?} after it was applied");
-        // The instance connects again and keeps reads again.
-        eventually(Duration::from_secs(10), "reads kept in memory again", || async {
-            let before = served_from_memory(&app).await;
-            title(&app, "s_a").await;
-            (served_from_memory(&app).await > before && !tracking_clients(&redis).is_empty()).then_some(())
-        })
-        .await;
-    }
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn while_redis_stalls_what_was_kept_stops_being_served_within_half_a_second() {
-    let redis = OwnRedis::start();
-    let (_topics, _prefix, projector, app) = on_own_redis(&redis).await;
-    projector.stop().await;
-    let app = std::sync::Arc::new(app);
-    const PAUSE: Duration = Duration::from_millis(2500);
-    // Redis stalls at some moment between the asking and the reply: requests count as sent during the
-    // stall from the reply on, and as answered during it until the asking's time plus the pause.
-    let asking = Instant::now();
-    assert_eq!(redis.cli(&["CLIENT", "PAUSE", &PAUSE.as_millis().to_string(), "ALL"]), "OK");
-    let paused = Instant::now();
-    let mut asked = Vec::new();
-    while paused.elapsed() < PAUSE - Duration::from_millis(300) {
-        let app = app.clone();
-        asked.push(tokio::spawn(async move {
-            let sent = Instant::now();
-            let status = app.get("/v1/studies/s_a", Some(ACME_KEY)).await.status().as_u16();
-            (sent, Instant::now(), status)
-        }));
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut answers = Vec::new();
-    for one in asked {
-        answers.push(one.await.unwrap());
-    }
-    let resumed = asking + PAUSE;
-    let from_memory = |(_, answered, status): &(Instant, Instant, u16)| *status == 200 && *answered < resumed;
-    let early: Vec<_> = answers.iter().filter(|(sent, ..)| *sent < paused + Duration::from_millis(200)).collect();
-    assert!(early.iter().any(|a| from_memory(a)), "what was kept was served at first: {early:?}");
-    let late: Vec<_> = answers.iter().filter(|(sent, ..)| *sent >= paused + UNTRUSTED_WITHIN).collect();
-    assert!(late.len() > 20, "requests went on through the stall: {}", late.len());
-    let served: Vec<_> = late.iter().filter(|a| from_memory(a)).collect();
-    assert!(served.is_empty(), "kept data served while Redis stalled: {:?}", served.len());
 }
 
 /// How many times `redis` ran `command` since its statistics were reset.
