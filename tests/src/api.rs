@@ -40,8 +40,6 @@ pub fn config(prefix: &str, redis_url: &str) -> query_api::Config {
         "true",
         "--generation-refresh-ms",
         "100",
-        "--redis-timeout-ms",
-        "500",
     ])
 }
 
