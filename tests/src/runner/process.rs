@@ -36,6 +36,12 @@ impl KillOnDrop {
         assert!(status.success(), "SIGCONT to {} failed", self.0.id());
     }
 
+    /// SIGTERM, as an orchestrator stops an instance: the process winds down by itself.
+    pub fn sigterm(&self) {
+        let status = Command::new("kill").args(["-TERM", &self.0.id().to_string()]).status().expect("kill runs");
+        assert!(status.success(), "SIGTERM to {} failed", self.0.id());
+    }
+
     /// SIGKILL, then waits for the process to be gone.
     pub fn sigkill(&mut self) {
         self.0.kill().expect("SIGKILL");

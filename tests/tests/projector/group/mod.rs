@@ -2,6 +2,8 @@
 //! cluster, whose coordinator rebalances: instances join, leave and are SIGKILLed while events flow, and
 //! the read model ends identical to one run; what an operator's offset reset does.
 
+mod takeovers;
+
 use std::time::{Duration, Instant};
 
 use end_to_end::events::Outgoing;
