@@ -86,9 +86,14 @@ async fn on_a_cluster_the_healing_state_flushed_mid_heal_never_lets_a_healing_or
     let positions = keys.position(&tag.expect("a position tag on every primary"));
 
     assert_eq!(cluster.nodes[data_node].cli(&["FLUSHALL"]), "OK");
-    eventually(Duration::from_secs(30), "the loss marked, and the positions recorded again", || async {
+    eventually_showing(Duration::from_secs(30), "the loss marked, and the positions recorded again", || async {
         let (entries, recorded) = (partition_entries(&mut conn.clone(), &keys).await, exists(&conn, &positions).await);
-        (entries > 0 && recorded).then_some(())
+        if entries > 0 && recorded {
+            return Ok(());
+        }
+        let fields: redis::RedisResult<Vec<String>> =
+            redis::cmd("HKEYS").arg(keys.healing()).query_async(&mut conn.clone()).await;
+        Err(format!("{entries} partitions marked healing (the healing state's fields: {fields:?}), positions recorded: {recorded}"))
     })
     .await;
     let marked = Instant::now();
