@@ -27,6 +27,19 @@ pub struct OwnRedis {
     child: Option<Child>,
 }
 
+/// A loopback port free now; for a cluster node, one whose cluster bus port (10,000 above, which Redis
+/// binds too and refuses beyond 65,535) is free as well: a node whose bus port was taken never comes up.
+fn free_port(cluster: bool) -> u16 {
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !cluster
+            || port.checked_add(10_000).is_some_and(|bus| std::net::TcpListener::bind(("127.0.0.1", bus)).is_ok())
+        {
+            return port;
+        }
+    }
+}
+
 impl OwnRedis {
     pub fn start() -> Self {
         Self::with(Persistence::AofAlways)
@@ -38,7 +51,7 @@ impl OwnRedis {
 
     /// A node that can join a Redis Cluster of the test's own ([`OwnCluster`]).
     fn node(persistence: Persistence, cluster: bool) -> Self {
-        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = free_port(cluster);
         let dir = std::env::temp_dir().join(unique("redis"));
         std::fs::create_dir_all(&dir).unwrap();
         let mut redis = Self { port, dir, persistence, cluster, child: None };
@@ -83,6 +96,8 @@ impl OwnRedis {
         // Answering, its data loaded (a loading Redis answers PING with an error).
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while self.cli(&["PING"]) != "PONG" {
+            let exited = self.child.as_mut().and_then(|child| child.try_wait().ok().flatten());
+            assert!(exited.is_none(), "redis-server on port {} exited as it started: {exited:?}", self.port);
             assert!(std::time::Instant::now() < deadline, "redis-server on port {} did not come up", self.port);
             std::thread::sleep(std::time::Duration::from_millis(10));
         }
