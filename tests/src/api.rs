@@ -105,13 +105,10 @@ impl TestApp {
     /// again after those, never after a refusal that says something of the read model (healing, lost...).
     pub async fn assert_refused_only_for_load(&self) {
         let text = self.admin_get("/metrics").await.text().await.unwrap();
-        let other: Vec<&str> = text
-            .lines()
-            .filter(|line| line.starts_with("api_refused_total{"))
-            .filter(|line| !line.contains("cause=\"redis\"") && !line.contains("cause=\"overloaded\""))
-            .filter(|line| line.rsplit(' ').next().and_then(|n| n.parse::<f64>().ok()).unwrap_or(0.0) > 0.0)
-            .collect();
-        assert!(other.is_empty(), "refused for something other than load: {other:?}");
+        let refused = |labels: &[&str]| crate::metrics::sample(&text, "api_refused_total", labels);
+        let other = refused(&[]) - refused(&["cause=\"redis\""]) - refused(&["cause=\"overloaded\""]);
+        let lines: Vec<&str> = text.lines().filter(|line| line.starts_with("api_refused_total{")).collect();
+        assert_eq!(other, 0.0, "refused for something other than load: {lines:?}");
     }
 
     /// GET with the key and parse the JSON body; returns the status too.

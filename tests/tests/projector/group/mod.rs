@@ -90,6 +90,16 @@ impl HalfPublished {
     fn keys(&self) -> Keyspace {
         Keyspace::new(self.prefix.clone(), 1)
     }
+
+    /// Waits until the read model holds the whole scenario, stops `member`, and checks that the read
+    /// model equals one member's run of the same topics.
+    async fn ends_as_one_run(&self, member: runner::Running) {
+        read_model::wait_until_applied_everything(&self.conn, &self.keys(), &self.scenario, Duration::from_secs(60))
+            .await;
+        member.stop_within(STOP).await;
+        let total = self.scenario.messages.len() as u64;
+        assert_eq!(runner::digest(&self.keys()).await, one_run(&self.kafka, &self.topics, total).await);
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -269,11 +279,7 @@ async fn under_kip_848s_protocol_two_members_share_the_partitions_and_one_takes_
         (all.len() == 1 && all[0].1 == ALL_PARTITIONS).then_some(())
     })
     .await;
-    read_model::wait_until_applied_everything(&world.conn, &world.keys(), &world.scenario, Duration::from_secs(60))
-        .await;
-    staying.stop_within(STOP).await;
-    let total = world.scenario.messages.len() as u64;
-    assert_eq!(runner::digest(&world.keys()).await, one_run(&world.kafka, &world.topics, total).await);
+    world.ends_as_one_run(staying).await;
 }
 
 /// An eager assignor (the operator's `range`) takes every partition away at each rebalance and gives

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use end_to_end::mock_kafka::{REBALANCE_ROUND_MS, SESSION_TIMEOUT_MS};
 use end_to_end::{eventually, read_model, runner};
 
-use super::{one_run, split_among, HalfPublished, ALL_PARTITIONS, STOP};
+use super::{split_among, HalfPublished, ALL_PARTITIONS, STOP};
 
 /// A member SIGTERMed while events flow: its partitions are held by the other within one rebalance of
 /// the coordinator, sooner than its session could end and a rebalance follow (what a SIGKILL waits
@@ -35,11 +35,7 @@ async fn a_member_stopped_by_sigterm_leaves_the_group_and_its_partitions_move_be
     println!("the member left held every partition {took:?} after the SIGTERM");
     let session_then_rebalance = Duration::from_millis(u64::from(SESSION_TIMEOUT_MS + REBALANCE_ROUND_MS));
     assert!(took < session_then_rebalance, "took {took:?}: the stopped member did not leave the group");
-    read_model::wait_until_applied_everything(&world.conn, &world.keys(), &world.scenario, Duration::from_secs(60))
-        .await;
-    staying.stop_within(STOP).await;
-    let total = world.scenario.messages.len() as u64;
-    assert_eq!(runner::digest(&world.keys()).await, one_run(&world.kafka, &world.topics, total).await);
+    world.ends_as_one_run(staying).await;
 }
 
 /// A rolling restart of a static member under KIP-848's protocol: stopped by SIGTERM and started again
