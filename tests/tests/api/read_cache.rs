@@ -107,8 +107,14 @@ async fn reads_kept_in_memory_are_answered_without_redis_and_a_change_is_served_
 async fn with_reads_kept_in_memory_a_generation_switch_is_followed_within_a_second() {
     let mut world = keeping_reads().await;
     let before = answers(&world.app).await;
-    assert_eq!(answers(&world.app).await, before);
-    assert!(reads(&world.app, "memory").await > 0.0);
+    // Generation 1's reads are kept: asked again, some are answered from memory (a round whose kept epoch
+    // was not vouched for by a late probe, on a process short of CPU, goes to Redis; the next is asked).
+    eventually_showing(Duration::from_secs(10), "a read answered from memory", || async {
+        assert_eq!(answers(&world.app).await, before);
+        let (memory, unvouched) = (reads(&world.app, "memory").await, epochs_not_vouched_for(&world.app).await);
+        (memory > 0.0).then_some(()).ok_or(format!("{unvouched} reads with an epoch not vouched for"))
+    })
+    .await;
     assert_eq!(before[5].0, 404, "no i_new in generation 1");
 
     // Generation 2 holds what generation 1 does and more: a new completed study, listed first, and a
