@@ -83,6 +83,13 @@ impl Heal {
         Ok(())
     }
 
+    /// Whether a loss is found and not yet fully marked: the read model is not known to say so, nor are
+    /// the partitions read again from what Redis holds. No batch may be written meanwhile: written onto
+    /// the loss, it would record the events the loss took as a gap, too late to apply once read again.
+    pub fn unmarked(&self) -> bool {
+        self.pending.is_some()
+    }
+
     /// Answers a loss, found by the look or by the guard before a batch was written: marks the read
     /// model incomplete, then every partition as healing, and reads this projector's partitions again.
     pub async fn lost(&mut self, projector: &mut Parts<'_>, losses: Losses) -> Result<(), Error> {
@@ -102,6 +109,7 @@ impl Heal {
         // on the same generation) is a new loss: it is answered again.
         self.answered.remove(&losses);
         self.pending = Some(Pending { losses, marked: false });
+        projector.metrics.redis.unmarked.set(1);
         self.settle(projector).await;
         Ok(())
     }
@@ -150,7 +158,10 @@ impl Heal {
             }
             let opened = projector.store.layout().await.map(Opened::of_layout).unwrap_or(Opened::Never);
             match mark_everything(projector.source, &mut conn, &keys, opened, &losses).await {
-                Ok(()) => self.pending = None,
+                Ok(()) => {
+                    self.pending = None;
+                    projector.metrics.redis.unmarked.set(0);
+                }
                 Err(e) => tracing::warn!(error = %e, "could not mark every partition as healing; trying again"),
             }
         }

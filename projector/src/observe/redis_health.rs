@@ -26,6 +26,8 @@ pub struct RedisHealth {
     pub healing: Gauge<i64, AtomicI64>,
     /// Losses of data this projector detected (a restart, a flush, a rollback).
     pub losses: Counter<u64, AtomicU64>,
+    /// 1 while a loss is found and not yet marked in Redis: no batch is applied meanwhile.
+    pub unmarked: Gauge<i64, AtomicI64>,
     /// Why the read model is being projected again, while it is.
     reason: Mutex<Option<String>>,
 }
@@ -57,6 +59,12 @@ impl RedisHealth {
             "redis_losses",
             "Losses of read-model data detected (restart, flush, rollback)",
             health.losses.clone(),
+        );
+        registry.register(
+            "redis_loss_unmarked",
+            "1 while a loss of read-model data is found and not yet marked in Redis (no batch is applied \
+             meanwhile; the marking is tried again at every look)",
+            health.unmarked.clone(),
         );
         health
     }

@@ -40,6 +40,14 @@ pub async fn run(mut projector: Projector, mut stopped: watch::Receiver<bool>) -
             }
             heal.check(&mut projector.healing()).await?;
         }
+        if heal.unmarked() {
+            // No batch onto a loss not marked yet (see `Heal::unmarked`): the next look marks it again.
+            let next = last_check.map_or(Duration::ZERO, |at| CHECK_EVERY.saturating_sub(at.elapsed()));
+            tokio::select! {
+                _ = stopped.wait_for(|stop| *stop) => break,
+                _ = tokio::time::sleep(next) => continue,
+            }
+        }
         match projector.step(&mut heal.watch, &mut stopped, CHECK_EVERY).await {
             Step::Stopped => {
                 tracing::info!("stopping before the batch in hand was applied; it will be applied again");

@@ -173,7 +173,7 @@ async fn only_the_flushed_primarys_organizations_wait(info: bool) {
 
 /// A prefix whose shared keys (the active generation, the projectors' reports, the healing entries, the
 /// key index) all live off one primary of `cluster`, and that primary.
-fn prefix_sparing_a_primary(cluster: &OwnCluster) -> (String, usize) {
+pub(super) fn prefix_sparing_a_primary(cluster: &OwnCluster) -> (String, usize) {
     use shared::keys::slot;
     use shared::Keyspace;
     let node_of = |key: &str| cluster.primary_of(slot(key));
@@ -190,7 +190,7 @@ fn prefix_sparing_a_primary(cluster: &OwnCluster) -> (String, usize) {
 
 /// The scenario's organizations whose keys live on primary `node` under `prefix`, and the others; both
 /// sides hold some.
-fn organizations_on(
+pub(super) fn organizations_on(
     cluster: &OwnCluster,
     prefix: &str,
     node: usize,

@@ -9,3 +9,4 @@ mod pointer;
 mod resharding;
 mod resilience;
 mod start;
+mod unmarked;
