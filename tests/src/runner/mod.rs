@@ -160,7 +160,16 @@ pub async fn wait_until_consumed(projectors: &[&Running], total: u64, timeout: D
         if consumed >= total && healing == 0.0 {
             return Ok(());
         }
-        Err(format!("{consumed} consumed, {healing} partitions healing, {behind} messages behind"))
+        // A partition held has a lag gauge: none held says the group (or the membership) gave nothing yet.
+        let texts: Vec<String> = projectors.iter().map(|running| running.metrics_text()).collect();
+        let held: usize =
+            texts.iter().map(|t| t.lines().filter(|l| l.starts_with("projector_lag_messages{")).count()).sum();
+        let errors: Vec<&str> =
+            texts.iter().flat_map(|t| t.lines().filter(|l| l.starts_with("projector_kafka_errors_total{"))).collect();
+        Err(format!(
+            "{consumed} consumed, {healing} partitions healing, {behind} messages behind, {held} partitions held, \
+             Kafka errors {errors:?}"
+        ))
     })
     .await
 }
