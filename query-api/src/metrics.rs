@@ -60,9 +60,11 @@ pub struct Metrics {
     pub kept_keys_bytes: Gauge,
     /// Keys whose change Redis pushed (each drops what was kept of it).
     pub invalidations: Counter,
-    /// Kept values asked for while no recent probe vouched for them (so Redis was read): `keys` and
-    /// `reads` (organizations' epochs).
+    /// Kept values asked for while no recent probe vouched for them (so Redis was read): `keys`,
+    /// `key-index` (the key index's epoch, asked when a key is not kept) and `reads` (organizations'
+    /// epochs).
     pub unvouched_keys: Counter,
+    pub unvouched_key_index: Counter,
     pub unvouched_reads: Counter,
     /// Connections Redis pushes changes on that are up, and those lost (each drops what it vouched for).
     pub tracking_connections: Gauge,
@@ -126,10 +128,11 @@ impl Default for Metrics {
         registry.register(
             "kept_unvouched",
             "Values kept in memory asked for while no recent probe vouched for them (the push channel late, \
-             stalled or cut), so Redis was read: by cache, `keys` or `reads`",
+             stalled or cut), so Redis was read: by cache, `keys`, `key-index` or `reads`",
             unvouched.clone(),
         );
         let unvouched_keys = unvouched.get_or_create(&CacheLabels { cache: "keys" }).clone();
+        let unvouched_key_index = unvouched.get_or_create(&CacheLabels { cache: "key-index" }).clone();
         let unvouched_reads = unvouched.get_or_create(&CacheLabels { cache: "reads" }).clone();
         let tracking_connections = Gauge::default();
         registry.register(
@@ -174,6 +177,7 @@ impl Default for Metrics {
             kept_keys_bytes,
             invalidations,
             unvouched_keys,
+            unvouched_key_index,
             unvouched_reads,
             tracking_connections,
             tracking_lost,

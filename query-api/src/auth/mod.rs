@@ -103,7 +103,7 @@ impl Auth {
             Some(Known::Value(epoch)) => invalid.contains(digest, &epoch),
             // Not kept, or no longer vouched for: read again, and the key looked up.
             _ => {
-                kept.keep(&epoch_key, model::key_index_epoch(keys), Kind::Key);
+                kept.keep(&epoch_key, model::key_index_epoch(keys), Kind::KeyIndex);
                 false
             }
         }
@@ -197,7 +197,7 @@ impl Auth {
                     (Some(kept), Some(_), ..) => kept.keep(&entry, model::organization_of(&keys, &sha256), Kind::Key),
                     (Some(kept), None, Some(epoch), Some(invalid)) => {
                         invalid.insert(digest, &epoch);
-                        kept.keep(&keys.api_key_epoch(), model::key_index_epoch(&keys), Kind::Key);
+                        kept.keep(&keys.api_key_epoch(), model::key_index_epoch(&keys), Kind::KeyIndex);
                     }
                     _ => {}
                 }

@@ -19,6 +19,9 @@ const BUCKET: usize = size_of::<(Box<str>, Entry)>() + 1;
 pub enum Kind {
     /// An API key's entry in the key index.
     Key,
+    /// The key index's epoch, which vouches for the keys kept as invalid (one per generation; counted
+    /// against the keys' capacity).
+    KeyIndex,
     /// An organization's epoch.
     Org,
     /// A key of the read model's condition (its active generation, its healing entries): a change wakes

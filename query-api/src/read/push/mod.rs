@@ -134,6 +134,7 @@ impl Tracker {
         // Not vouched for: its connection is late, stalled, lost or no longer serves the key's slot.
         match kind {
             Kind::Key => self.0.metrics.unvouched_keys.inc(),
+            Kind::KeyIndex => self.0.metrics.unvouched_key_index.inc(),
             Kind::Org => self.0.metrics.unvouched_reads.inc(),
             Kind::Watch => 0,
         };
@@ -282,7 +283,7 @@ impl Shared {
     /// The most values of `kind` that may be kept.
     fn limit(&self, kind: Kind) -> usize {
         match kind {
-            Kind::Key => self.capacity.keys,
+            Kind::Key | Kind::KeyIndex => self.capacity.keys,
             Kind::Org => self.capacity.orgs,
             Kind::Watch => usize::MAX,
         }

@@ -1,6 +1,7 @@
 //! An instance on a Redis of the test's own, which the test cuts or pauses: when its push connection is
 //! cut, a change is still served at once and keeping resumes; when Redis stalls, what was kept stops being
-//! served within the documented half second.
+//! served within the documented half second, and each kept value asked for meanwhile is counted once, under
+//! its own cache.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ use end_to_end::own_redis::OwnRedis;
 use end_to_end::{eventually, kafka, runner, unique};
 use shared::Keyspace;
 
-use super::{applied_on, everywhere, retitled, served_from_memory, title};
+use super::{applied_on, everywhere, key_kept, keys_looked_up_in_redis, retitled, served_from_memory, title};
 
 /// How long after its push connection is cut or stalls an instance stops serving what it kept (the
 /// tracker's `TRUSTED_FOR`, and a margin for a loaded machine).
@@ -114,4 +115,41 @@ async fn while_redis_stalls_what_was_kept_stops_being_served_within_half_a_secon
     assert!(late.len() > 20, "requests went on through the stall: {}", late.len());
     let served: Vec<_> = late.iter().filter(|a| from_memory(a)).collect();
     assert!(served.is_empty(), "kept data served while Redis stalled: {:?}", served.len());
+}
+
+/// `api_kept_unvouched_total` of `app` for `cache`.
+async fn unvouched(app: &TestApp, cache: &str) -> f64 {
+    let text = app.admin_get("/metrics").await.text().await.unwrap();
+    end_to_end::metrics::sample(&text, "api_kept_unvouched_total", &[&format!("cache=\"{cache}\"")])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn while_redis_stalls_a_kept_key_asked_for_counts_one_unvouched_key_and_one_unvouched_key_index() {
+    let redis = OwnRedis::start();
+    let (_topics, _prefix, projector, app) = on_own_redis(&redis).await;
+    projector.stop().await;
+    // The key index's epoch is kept once a key found in no organization is refused: the next refusal of
+    // that key looks nothing up in Redis.
+    eventually(Duration::from_secs(30), "an invalid key refused from memory", || async {
+        let before = keys_looked_up_in_redis(&app).await;
+        assert_eq!(app.get("/v1/studies", Some("no-such-key-0001")).await.status(), 401);
+        (keys_looked_up_in_redis(&app).await == before).then_some(())
+    })
+    .await;
+    key_kept(&app, ACME_KEY).await;
+    let before = (unvouched(&app, "keys").await, unvouched(&app, "key-index").await);
+    let lookups = keys_looked_up_in_redis(&app).await;
+    assert_eq!(redis.cli(&["CLIENT", "PAUSE", "2000", "ALL"]), "OK");
+    // Once no probe has vouched for what was kept, one request with the kept key: its entry is not
+    // vouched for, nor is the key index's epoch it then asks whether the key is kept as invalid.
+    tokio::time::sleep(UNTRUSTED_WITHIN).await;
+    let status = app.get("/v1/studies", Some(ACME_KEY)).await.status();
+    assert!(status == 200 || status == 503, "a kept key during a stall: {status}");
+    let after = (unvouched(&app, "keys").await, unvouched(&app, "key-index").await);
+    assert_eq!(keys_looked_up_in_redis(&app).await - lookups, 1.0, "the key was looked up in Redis once");
+    assert_eq!(
+        (after.0 - before.0, after.1 - before.1),
+        (1.0, 1.0),
+        "one request counts its key once under `keys` and the key index's epoch once under `key-index`"
+    );
 }
