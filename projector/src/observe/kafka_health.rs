@@ -20,7 +20,8 @@ pub const ERROR_WINDOW: Duration = Duration::from_secs(30);
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ErrorLabels {
     /// `consumer`: a message or partition could not be read; `client`: the connection, the login or
-    /// the brokers (librdkafka retries these by itself).
+    /// the brokers (librdkafka retries these by itself); `commit`: an offset commit the broker refused
+    /// or that could not be sent (the next commits carry the offsets again).
     pub source: String,
     pub code: String,
 }
@@ -44,7 +45,8 @@ impl KafkaHealth {
         let health = Self::default();
         registry.register(
             "kafka_errors",
-            "Errors reported by librdkafka, by source (consumer: a partition cannot be read; client) and code",
+            "Errors reported by librdkafka, by source (consumer: a partition cannot be read; client; commit: an \
+             offset commit refused) and code",
             health.errors.clone(),
         );
         health
@@ -60,6 +62,17 @@ impl KafkaHealth {
                 skipped,
                 "the kafka consumer cannot read a partition; it stays where it is"
             );
+        }
+    }
+
+    /// Records an offset commit the broker refused, or that could not be sent: nothing is lost (a
+    /// projector reads from the read model's positions, and the commits that follow carry the offsets
+    /// again; a batch may be applied again after a restart, which changes nothing), but commits refused
+    /// for good leave the group's lag, and a start's check, behind the read model.
+    pub fn commit_refused(&self, code: &str, message: &str) {
+        self.count("commit", code);
+        if let Some(skipped) = self.logged.allow() {
+            tracing::warn!(error = message, skipped, "an offset commit failed; the next commits carry it again");
         }
     }
 

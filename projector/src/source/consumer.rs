@@ -9,6 +9,7 @@ use std::time::Duration;
 use futures::FutureExt;
 use opentelemetry::propagation::Extractor;
 use rdkafka::client::OAuthToken;
+use rdkafka::config::RDKafkaLogLevel;
 use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message, OwnedHeaders, OwnedMessage};
@@ -52,6 +53,16 @@ impl ClientContext for Context {
         self.metrics.kafka.client_error(&code(&error), reason);
     }
 
+    /// librdkafka's log, as every client's; and an asynchronous commit the broker refused, which
+    /// librdkafka reports by this log line alone (facility `COMMITFAIL`: the Rust client sets no commit
+    /// callback for commits it did not make by itself), counted.
+    fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
+        if facility == "COMMITFAIL" {
+            self.metrics.kafka.commit_refused(COMMIT_REFUSED, message);
+        }
+        rdkafka::client::DefaultClientContext.log(level, facility, message);
+    }
+
     fn stats(&self, statistics: Statistics) {
         let now_ms = (now() * 1000.0) as i64;
         let last = self.last_timestamp.lock().expect("lag timestamps");
@@ -84,6 +95,17 @@ impl ClientContext for Context {
             }
         }
         self.metrics.set_measured_lag(total);
+    }
+}
+
+/// The code an asynchronous commit the broker refused is counted under: librdkafka names the broker's
+/// error in its log line only.
+pub const COMMIT_REFUSED: &str = "CommitRefused";
+
+impl Context {
+    /// Counts a commit that could not be sent, or that the broker refused, by `error`'s code.
+    pub fn commit_failed(&self, error: &KafkaError) {
+        self.metrics.kafka.commit_refused(&code(error), &error.to_string());
     }
 }
 
@@ -200,6 +222,11 @@ fn live_settings(config: &Config) -> ClientConfig {
     let consumer_protocol = settings.get("group.protocol").is_some_and(|p| p.eq_ignore_ascii_case("consumer"));
     if settings.get("partition.assignment.strategy").is_none() && !consumer_protocol {
         settings.set("partition.assignment.strategy", "cooperative-sticky");
+    }
+    // A refused asynchronous commit is reported by a warning alone (counted by `Context::log`), so
+    // librdkafka sends warnings whatever the log filter shows (the filter still decides what is written).
+    if (settings.log_level as i32) < RDKafkaLogLevel::Warning as i32 {
+        settings.set_log_level(RDKafkaLogLevel::Warning);
     }
     settings
 }
@@ -339,53 +366,5 @@ pub async fn next_batch(
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_partition_is_drained_once_fetched_to_its_end_with_nothing_queued() {
-        assert!(drained(120, 0, 120), "fetched to the end, past its markers, nothing queued");
-        assert!(!drained(100, 0, 120), "still being fetched: a replay behind a slow broker");
-        assert!(!drained(120, 15, 120), "fetched, but messages wait in the queue");
-        assert!(!drained(-1001, 0, 120), "not fetching at all");
-    }
-
-    /// A configuration whose Kafka properties come from `env` alone.
-    fn configured(env: &[(&str, &str)]) -> Config {
-        use clap::Parser;
-        let mut config = Config::parse_from(["projector"]);
-        let env = env.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-        config.kafka_properties = Some(crate::source::Properties::load(&config.kafka, env).unwrap());
-        config
-    }
-
-    /// What every client starts from (the live consumer, the inspector, the end reader, the repair and
-    /// rebuild readers): none of them sets `fetch.wait.max.ms` of its own.
-    #[test]
-    fn every_client_waits_at_the_broker_as_librdkafka_does_unless_a_property_says_otherwise() {
-        assert_eq!(settings(&configured(&[]), "g").get("fetch.wait.max.ms"), None, "librdkafka's 500 ms");
-        let local = configured(&[("KAFKA_PROPERTY_FETCH_WAIT_MAX_MS", "10")]);
-        assert_eq!(settings(&local, "g").get("fetch.wait.max.ms"), Some("10"), "the operator's");
-    }
-
-    #[test]
-    fn the_live_consumer_rebalances_cooperatively_unless_the_operator_or_kip_848_decides() {
-        let strategy = |env: &[(&str, &str)]| {
-            live_settings(&configured(env)).get("partition.assignment.strategy").map(str::to_string)
-        };
-        assert_eq!(strategy(&[]).as_deref(), Some("cooperative-sticky"));
-        let range = [("KAFKA_PROPERTY_PARTITION_ASSIGNMENT_STRATEGY", "range")];
-        assert_eq!(strategy(&range).as_deref(), Some("range"), "the operator's");
-        assert_eq!(strategy(&[("KAFKA_PROPERTY_GROUP_PROTOCOL", "consumer")]), None, "the broker assigns");
-    }
-
-    #[test]
-    fn the_live_consumer_names_its_instance_unless_the_operator_named_it() {
-        assert_eq!(client_id(Some("projector-7d9f-x2")), "projector-7d9f-x2");
-        assert_eq!(client_id(Some(" ")), "projector");
-        assert_eq!(client_id(None), "projector");
-        let id = |env: &[(&str, &str)]| live_settings(&configured(env)).get("client.id").map(str::to_string);
-        assert!(id(&[]).is_some_and(|id| !id.is_empty()));
-        assert_eq!(id(&[("KAFKA_PROPERTY_CLIENT_ID", "mine")]).as_deref(), Some("mine"), "the operator's");
-    }
-}
+#[path = "consumer_tests.rs"]
+mod tests;

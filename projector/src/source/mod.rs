@@ -263,7 +263,7 @@ impl Source {
             Err(e) => return tracing::warn!(error = %e, "offsets to commit are not valid"),
         };
         if let Err(e) = self.consumer().commit(&list, mode) {
-            tracing::warn!(error = %e, "offset commit failed; the batch will be applied again after a restart");
+            self.consumer().context().commit_failed(&e);
         }
     }
 

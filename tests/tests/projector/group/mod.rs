@@ -240,7 +240,8 @@ async fn an_operators_offset_reset_neither_skips_nor_rereads_events_and_the_grou
 
 /// A commit the broker refuses is sent again until one is taken: the group's offsets come to show the read
 /// model's positions though the commit placing the partitions and the next ones were refused, and no new
-/// event comes to carry a later commit. Red when a refused commit waits for its partition to move.
+/// event comes to carry a later commit. Red when a refused commit waits for its partition to move. Each
+/// refusal is counted by its code.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commits_the_broker_refuses_are_sent_again_until_the_group_shows_the_read_models_positions() {
     let world = HalfPublished::start(0x5eed_0851).await;
@@ -260,6 +261,9 @@ async fn commits_the_broker_refuses_are_sent_again_until_the_group_shows_the_rea
     })
     .await;
     assert_eq!(running.consumed(), 0, "nothing read again");
+    let refused = ["source=\"commit\"", "code=\"CommitRefused\""];
+    let counted = metrics::sample(&running.metrics_text(), "projector_kafka_errors_total", &refused);
+    assert!(counted >= 5.0, "every refused commit counted: {counted} of 5");
     running.stop_within(STOP).await;
 }
 
