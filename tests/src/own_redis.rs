@@ -132,6 +132,14 @@ impl OwnRedis {
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
+    /// How many times it ran `command` (lower case, as `INFO commandstats` names it) since its statistics
+    /// were reset.
+    pub fn calls(&self, command: &str) -> u64 {
+        let stats = self.cli(&["INFO", "commandstats"]);
+        let line = stats.lines().find(|line| line.starts_with(&format!("cmdstat_{command}:")));
+        line.and_then(|line| line.split("calls=").nth(1)?.split(',').next()?.parse().ok()).unwrap_or(0)
+    }
+
     /// SIGTERM: Redis flushes its append-only file and exits.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -78,12 +78,7 @@ async fn on_a_cluster_events_arriving_while_a_loss_cannot_be_marked_wait_and_the
 
 /// Scripts a node ran so far (`EVAL` and `EVALSHA` calls).
 fn scripts_run(node: &OwnRedis) -> u64 {
-    let stats = node.cli(&["INFO", "commandstats"]);
-    let calls = |command: &str| -> u64 {
-        let line = stats.lines().find(|l| l.starts_with(&format!("cmdstat_{command}:")));
-        line.and_then(|l| l.split("calls=").nth(1)?.split(',').next()?.parse().ok()).unwrap_or(0)
-    };
-    calls("eval") + calls("evalsha")
+    node.calls("eval") + node.calls("evalsha")
 }
 
 /// One `study.retitled` for each study of the organizations `orgs`, with its study's next sequence.

@@ -240,13 +240,6 @@ async fn a_deleted_key_is_pushed_to_two_instances_that_keep_it_and_refused_by_bo
     eprintln!("applied -> refused by both instances: {delays:?}");
 }
 
-/// How many times `redis` ran `command` since its statistics were reset.
-fn calls(redis: &OwnRedis, command: &str) -> u64 {
-    let stats = redis.cli(&["INFO", "commandstats"]);
-    let line = stats.lines().find(|line| line.starts_with(&format!("cmdstat_{command}:")));
-    line.and_then(|line| line.split("calls=").nth(1)?.split(',').next()?.parse().ok()).unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn while_another_organizations_slots_heal_an_organization_is_served_from_memory_without_reading_the_condition() {
     use shared::keys::slot;
@@ -282,7 +275,7 @@ async fn while_another_organizations_slots_heal_an_organization_is_served_from_m
         assert_eq!(app.get("/v1/studies", Some("not-a-key-of-anyone")).await.status(), 401);
     }
     let from_memory = served_from_memory(&app).await - before;
-    let (conditions, generations) = (calls(&redis, "hgetall"), calls(&redis, "get"));
+    let (conditions, generations) = (redis.calls("hgetall"), redis.calls("get"));
     assert_eq!(from_memory, 50.0, "ACME's reads while GLOBEX healed");
     assert!(
         conditions <= 2 && generations <= 2,
