@@ -1,7 +1,8 @@
 //! Redis memory of one read model (a key prefix's active generation), by kind of key, per completed study
-//! and per served interview.
+//! and per served interview; and the interviews not served (not completed, or hidden) apart: what each
+//! costs of its own (its state and transcript), and what the served ones cost besides what they share.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::time::Duration;
 
 use anyhow::{Context, Result};
@@ -80,6 +81,9 @@ async fn main() -> Result<()> {
     // What is served: each served interview's document and transcript, as stored.
     let (mut document_bytes, mut served_transcript_bytes) = (0u64, 0u64);
     let mut served_list = Vec::new();
+    // Each interview's own keys (its state and its transcript), by organization and id, to be told apart
+    // once every list has been read.
+    let mut own: Vec<(String, u64)> = Vec::new();
     for chunk in keys.chunks(1000) {
         let mut pipe = redis::pipe();
         for key in chunk {
@@ -89,6 +93,10 @@ async fn main() -> Result<()> {
         for (key, used) in chunk.iter().zip(usage) {
             *bytes.entry(kind(key)).or_default() += used.unwrap_or(0);
             let tail = key.rsplit_once('}').map_or(key.as_str(), |(_, tail)| tail);
+            if let Some(id) = tail.strip_prefix(":interview:").or_else(|| tail.strip_prefix(":transcript:")) {
+                let base = key.rsplit_once("}:").map_or(key.as_str(), |(base, _)| base);
+                own.push((format!("{base}}}:{id}"), used.unwrap_or(0)));
+            }
             if tail == ":studies" {
                 studies += conn.zcard::<_, u64>(key).await?;
             } else if tail.starts_with(":interviews:") {
@@ -112,6 +120,20 @@ async fn main() -> Result<()> {
             }
         }
     }
+    // An interview's own bytes, served or not; what else interviews take (documents, lists, owners) is
+    // the served ones' share (documents and lists are theirs alone; owners are kept for every aggregate).
+    let served_ids: HashSet<String> = served_list.iter().map(|s| format!("{}:{}", s.base, s.id)).collect();
+    let (mut served_own, mut unserved_own) = (0u64, 0u64);
+    let mut unserved = HashSet::new();
+    for (id, used) in own {
+        if served_ids.contains(&id) {
+            served_own += used;
+        } else {
+            unserved_own += used;
+            unserved.insert(id);
+        }
+    }
+    let unserved = unserved.len() as u64;
     let per = |total: u64, n: u64| total.checked_div(n).unwrap_or(0);
     let ratio = |a: u64, b: u64| if b == 0 { "0".to_string() } else { format!("{:.2}", a as f64 / b as f64) };
     let get = |k: &str| bytes.get(k).copied().unwrap_or(0);
@@ -143,6 +165,14 @@ async fn main() -> Result<()> {
         .with("other_bytes", get("other"))
         .with("bytes_per_study", per(get("study"), studies))
         .with("bytes_per_interview", per(get("interview") + get("transcript"), interviews))
+        // The same bytes apart: a served interview's own (state, transcript) and its share of the rest
+        // (documents, lists, owners: every interview's bytes but the interviews' own); an interview not
+        // served, its own only (its owner is in the share).
+        .with("served_own_bytes", per(served_own, interviews))
+        .with("served_shared_bytes", per(get("interview") + get("transcript") - served_own - unserved_own, interviews))
+        .with("unserved_interviews", unserved)
+        .with("bytes_per_unserved_interview", per(unserved_own, unserved))
+        .with("unserved_charged_bytes", per(unserved_own, interviews))
         .with("document_avg_bytes", per(document_bytes, interviews))
         .with("served_transcript_avg_bytes", per(served_transcript_bytes, interviews))
         // Redis bytes per served interview over its document and transcript; and every interview's bytes
