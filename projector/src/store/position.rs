@@ -34,9 +34,10 @@ if ARGV[1] == '1' then
   if ARGV[2] ~= '' then redis.call('HSET', KEYS[1], 'layout', ARGV[2]) end
 end
 local gone = ARGV[1] ~= '1' and not redis.call('HGET', KEYS[1], 'opened')
-local lost = {}
+local lost, found = {}, {}
 for i = 3, #ARGV, 3 do
   local current = redis.call('HGET', KEYS[1], ARGV[i])
+  found[i] = current
   local expected = ARGV[i + 2]
   if gone or (expected ~= '' and (not current or tonumber(current) < tonumber(expected))) then
     table.insert(lost, ARGV[i])
@@ -44,7 +45,7 @@ for i = 3, #ARGV, 3 do
 end
 if #lost > 0 then return lost end
 for i = 3, #ARGV, 3 do
-  local current = redis.call('HGET', KEYS[1], ARGV[i])
+  local current = found[i]
   if not current or tonumber(current) < tonumber(ARGV[i + 1]) then
     redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
   end
