@@ -109,42 +109,51 @@ impl Heal {
         // on the same generation) is a new loss: it is answered again.
         self.answered.remove(&losses);
         self.pending = Some(Pending { losses, marked: false });
-        projector.metrics.redis.unmarked.set(1);
         self.settle(projector).await;
         Ok(())
     }
 
     /// Writes the healing entries of a loss not fully marked yet, and answers the entries of this
-    /// projector's partitions.
+    /// projector's partitions once it is. `projector_redis_loss_unmarked` says which, after each.
     async fn settle(&mut self, projector: &mut Parts<'_>) {
         let mut conn = self.watch.conn();
         let keys = projector.store.keys().clone();
+        let settled = self.mark_pending(projector, &mut conn, &keys).await;
+        projector.metrics.redis.unmarked.set(i64::from(self.unmarked()));
+        if !settled {
+            return;
+        }
+        if let Err(e) = self.answer(projector, &mut conn, &keys).await {
+            tracing::warn!(error = %e, "could not read the healing entries");
+        }
+    }
+
+    /// Marks the loss not fully marked yet, if any: the read model incomplete, then every partition as
+    /// healing. False when a step failed (it is tried again at the next look).
+    async fn mark_pending(&mut self, projector: &mut Parts<'_>, conn: &mut Connection, keys: &Keyspace) -> bool {
         if let Some(Pending { mut losses, marked }) = self.pending.clone() {
             if !marked {
                 let layout = match projector.store.layout().await {
                     Ok(layout) => layout,
                     Err(e) => {
                         tracing::warn!(error = %e, "could not read the generation's layout; marking the loss later");
-                        return;
+                        return false;
                     }
                 };
                 // The meta may have gone with the loss: the API reads the layout there, and without it
                 // would read the healing state by the rules of layout 1.
-                let restored = if layout > 1 {
-                    crate::generation::restore_layout(&mut conn, &keys, layout).await
-                } else {
-                    Ok(false)
-                };
+                let restored =
+                    if layout > 1 { crate::generation::restore_layout(conn, keys, layout).await } else { Ok(false) };
                 match restored {
                     Ok(true) => tracing::warn!(layout, "the generation's meta had lost its layout; written back"),
                     Ok(false) => {}
                     Err(e) => {
                         tracing::warn!(error = %e, "could not write the generation's layout back; marking the loss later");
-                        return;
+                        return false;
                     }
                 }
                 let opened = Opened::of_layout(layout);
-                match mark_lost(projector.follows_active, &mut conn, &keys, opened, &losses).await {
+                match mark_lost(projector.follows_active, conn, keys, opened, &losses).await {
                     Ok(marked) => {
                         projector.metrics.redis.losses.inc();
                         losses = marked;
@@ -152,22 +161,17 @@ impl Heal {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "could not mark the read model as incomplete; trying again");
-                        return;
+                        return false;
                     }
                 }
             }
             let opened = projector.store.layout().await.map(Opened::of_layout).unwrap_or(Opened::Never);
-            match mark_everything(projector.source, &mut conn, &keys, opened, &losses).await {
-                Ok(()) => {
-                    self.pending = None;
-                    projector.metrics.redis.unmarked.set(0);
-                }
+            match mark_everything(projector.source, conn, keys, opened, &losses).await {
+                Ok(()) => self.pending = None,
                 Err(e) => tracing::warn!(error = %e, "could not mark every partition as healing; trying again"),
             }
         }
-        if let Err(e) = self.answer(projector, &mut conn, &keys).await {
-            tracing::warn!(error = %e, "could not read the healing entries");
-        }
+        true
     }
 
     /// On shutdown, once the last batch is applied: records the positions, so that the next start reads
