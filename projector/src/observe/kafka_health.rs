@@ -69,8 +69,15 @@ impl KafkaHealth {
     /// projector reads from the read model's positions, and the commits that follow carry the offsets
     /// again; a batch may be applied again after a restart, which changes nothing), but commits refused
     /// for good leave the group's lag, and a start's check, behind the read model.
-    pub fn commit_refused(&self, code: &str, message: &str) {
+    /// Counted only: librdkafka logs each refusal itself (its `COMMITFAIL` line, at WARN).
+    pub fn commit_refused(&self, code: &str) {
         self.count("commit", code);
+    }
+
+    /// Records an offset commit that failed before it was sent ([`Self::commit_refused`]), logged at
+    /// most every few seconds while it repeats.
+    pub fn commit_failed(&self, code: &str, message: &str) {
+        self.commit_refused(code);
         if let Some(skipped) = self.logged.allow() {
             tracing::warn!(error = message, skipped, "an offset commit failed; the next commits carry it again");
         }

@@ -58,7 +58,7 @@ impl ClientContext for Context {
     /// callback for commits it did not make by itself), counted.
     fn log(&self, level: RDKafkaLogLevel, facility: &str, message: &str) {
         if facility == "COMMITFAIL" {
-            self.metrics.kafka.commit_refused(COMMIT_REFUSED, message);
+            self.metrics.kafka.commit_refused(COMMIT_REFUSED);
         }
         rdkafka::client::DefaultClientContext.log(level, facility, message);
     }
@@ -105,7 +105,7 @@ pub const COMMIT_REFUSED: &str = "CommitRefused";
 impl Context {
     /// Counts a commit that could not be sent, or that the broker refused, by `error`'s code.
     pub fn commit_failed(&self, error: &KafkaError) {
-        self.metrics.kafka.commit_refused(&code(error), &error.to_string());
+        self.metrics.kafka.commit_failed(&code(error), &error.to_string());
     }
 }
 
