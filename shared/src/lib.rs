@@ -29,6 +29,7 @@
 pub mod cluster_nodes;
 #[cfg(feature = "connection")]
 pub mod cluster_pipeline;
+pub mod codec;
 #[cfg(feature = "connection")]
 pub mod connection;
 pub mod documents;
