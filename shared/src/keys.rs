@@ -286,6 +286,15 @@ impl Keyspace {
         format!("{}:interview-docs", self.org(org))
     }
 
+    /// Whether `key` is an organization's documents hash of this generation ([`Keyspace::study_documents`],
+    /// [`Keyspace::interview_documents`]).
+    pub fn is_documents(&self, key: &str) -> bool {
+        let Some(tagged) = key.strip_prefix(self.base().as_str()).and_then(|k| k.strip_prefix(":{")) else {
+            return false;
+        };
+        tagged.find('}').is_some_and(|close| matches!(&tagged[close..], "}:study-docs" | "}:interview-docs"))
+    }
+
     /// For the key of an interview's state ([`Keyspace::aggregate`]), the key of its organization's
     /// documents and the interview's id; `None` for any other key.
     pub fn documents_of_interview_state<'k>(&self, key: &'k str) -> Option<(String, &'k str)> {

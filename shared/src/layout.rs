@@ -16,20 +16,23 @@
 //! | 2 | a served interview's state stored as `{"served":true}` (and its gaps), the rest read from its document |
 //! | 3 | owners as fields of shared hashes (`owners:<aggregate>:<bucket>`) rather than a key each (`crate::owners`) |
 //! | 4 | the healing hash holds the field `opened` from the generation's start on and never loses it: a hash without it was lost with its primary, and the generation is not served until a projector marks it again (`crate::keys::HEALING_OPENED`) |
+//! | 5 | documents (studies' and interviews') stored as zstd frames compressed with a dictionary the binaries ship (`crate::codec`) |
 //!
-//! A build reads the layouts before its own: the API reads nothing that layouts 2 and 3 changed, and reads
-//! the healing hash of a generation before layout 4 as before (an absent hash: nothing heals); the
+//! A build reads the layouts before its own: the API reads nothing that layouts 2 and 3 changed, reads
+//! the healing hash of a generation before layout 4 as before (an absent hash: nothing heals), and reads a
+//! document in either form in every layout (`crate::codec` tells them apart by their first bytes); the
 //! projector reads both forms of a state and writes a generation in the layout it has (a generation of
-//! layout 1 gets whole states, one of layout 1 or 2 owners as keys, one before layout 4 no `opened`), so a
+//! layout 1 gets whole states, one of layout 1 or 2 owners as keys, one before layout 4 no `opened`, one
+//! before layout 5 documents whole), so a
 //! release that writes a new layout is rolled out like any other and takes effect from its first rebuild on.
 
 use std::ops::RangeInclusive;
 
 /// The layout this build writes.
-pub const LAYOUT: u32 = 4;
+pub const LAYOUT: u32 = 5;
 
 /// The layouts this build reads.
-pub const READS: RangeInclusive<u32> = 1..=4;
+pub const READS: RangeInclusive<u32> = 1..=5;
 
 /// The first layout whose healing hash holds [`crate::keys::HEALING_OPENED`]: from it on, a generation
 /// whose healing hash lacks the field lost its healing state.
@@ -39,6 +42,18 @@ pub const HEALING_OPENED_FROM: u32 = 4;
 /// hash's absence is a loss and never "nothing heals".
 pub fn keeps_healing_opened(layout: u32) -> bool {
     layout >= HEALING_OPENED_FROM
+}
+
+/// The first layout whose documents are stored compressed ([`crate::codec`]).
+pub const COMPRESSED_DOCUMENTS_FROM: u32 = 5;
+
+/// A document as a generation of `layout` stores it: compressed from layout 5, its JSON before.
+pub fn stored_document(json: &str, layout: u32) -> std::borrow::Cow<'_, [u8]> {
+    if layout >= COMPRESSED_DOCUMENTS_FROM {
+        std::borrow::Cow::Owned(crate::codec::compress(json))
+    } else {
+        std::borrow::Cow::Borrowed(json.as_bytes())
+    }
 }
 
 /// The field of a generation's meta hash that holds its layout.
@@ -107,13 +122,30 @@ mod tests {
         assert_eq!(check(3, Some("2"), "projector"), Ok(2));
         assert_eq!(check(3, Some("3"), "projector"), Ok(3));
         assert_eq!(check(3, Some("4"), "projector"), Ok(4));
-        for found in ["5", "0", "v1", ""] {
+        assert_eq!(check(3, Some("5"), "projector"), Ok(5));
+        for found in ["6", "0", "v1", ""] {
             let refused = check(7, Some(found), "query API").expect_err(found);
             let line = refused.to_string();
             assert!(line.contains(&format!("layout version {found};")), "{line}");
-            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 4"), "{line}");
+            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 5"), "{line}");
             assert!(!line.contains('\n'), "one line");
         }
+    }
+}
+
+#[cfg(test)]
+mod compressed_documents {
+    use super::*;
+
+    #[test]
+    fn a_generation_of_layout_five_on_stores_documents_compressed_and_one_before_as_json() {
+        let json = r#"{"id":"s1","internalTitle":"A study"}"#;
+        for layout in 1..COMPRESSED_DOCUMENTS_FROM {
+            assert_eq!(stored_document(json, layout).as_ref(), json.as_bytes(), "layout {layout}");
+        }
+        let stored = stored_document(json, LAYOUT);
+        assert!(crate::codec::is_compressed(&stored));
+        assert_eq!(crate::codec::document(&stored).unwrap(), json);
     }
 }
 

@@ -1,11 +1,12 @@
 //! A canonical dump of one generation of the read model: every key, relative to its prefix and
-//! generation, with a type-specific rendering of its value. Two generations hold the same read model
-//! exactly when their dumps are equal.
+//! generation, with a type-specific rendering of its value (a document as its JSON, in either stored form).
+//! Two generations hold the same read model exactly when their dumps are equal.
 
 use std::collections::BTreeMap;
 
 use redis::Cmd;
 use sha2::Digest;
+use shared::codec::StoredDocument;
 use shared::connection::Connection;
 use shared::Keyspace;
 
@@ -42,6 +43,12 @@ pub async fn dump(conn: &mut Connection, keys: &Keyspace) -> BTreeMap<String, St
         for ((name, kind), value) in chunk.iter().zip(&kinds).zip(values) {
             let rendered = match kind.as_str() {
                 "string" => redis::from_redis_value::<String>(value).expect("string"),
+                // Documents as their JSON, however they are stored (compressed from layout 5).
+                "hash" if keys.is_documents(name) => {
+                    let documents =
+                        redis::from_redis_value::<BTreeMap<String, StoredDocument>>(value).expect("documents");
+                    format!("{:?}", documents.into_iter().map(|(id, doc)| (id, doc.0)).collect::<BTreeMap<_, _>>())
+                }
                 "hash" => format!("{:?}", redis::from_redis_value::<BTreeMap<String, String>>(value).expect("hash")),
                 "zset" => format!("{:?}", redis::from_redis_value::<Vec<(String, f64)>>(value).expect("zset")),
                 "none" => continue,

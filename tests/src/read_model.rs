@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde_json::Value;
+use shared::codec::StoredDocument;
 use shared::connection::Connection;
 use shared::owners::Record;
 use shared::{Keyspace, Topic};
@@ -19,14 +20,15 @@ pub async fn read(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario, o
     let mut actual = Expected::default();
     let ids: Vec<String> = conn.zrevrange(keys.studies(org), 0, -1).await.expect("studies");
     for id in ids {
-        let doc: Option<String> = conn.hget(keys.study_documents(org), &id).await.expect("study doc");
+        let doc: Option<StoredDocument> = conn.hget(keys.study_documents(org), &id).await.expect("study doc");
         actual.studies.push((id, parse(doc)));
     }
     for study in scenario.ids(org, Topic::Study) {
         let ids: Vec<String> = conn.zrevrange(keys.interviews(org, &study), 0, -1).await.expect("interviews");
         let mut list = Vec::new();
         for id in ids {
-            let doc: Option<String> = conn.hget(keys.interview_documents(org), &id).await.expect("interview doc");
+            let doc: Option<StoredDocument> =
+                conn.hget(keys.interview_documents(org), &id).await.expect("interview doc");
             let transcript: Option<String> = conn.get(keys.transcript(org, &id)).await.expect("transcript");
             list.push((id, parse(doc), transcript));
         }
@@ -35,7 +37,7 @@ pub async fn read(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario, o
         }
     }
     for id in scenario.ids(org, Topic::Interview) {
-        let doc: Option<String> = conn.hget(keys.interview_documents(org), &id).await.expect("interview doc");
+        let doc: Option<StoredDocument> = conn.hget(keys.interview_documents(org), &id).await.expect("interview doc");
         if doc.is_none() {
             actual.invisible_interviews.push(id);
         }
@@ -51,8 +53,8 @@ pub async fn read(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario, o
     actual
 }
 
-fn parse(doc: Option<String>) -> Value {
-    doc.map(|d| serde_json::from_str(&d).expect("document is JSON")).unwrap_or(Value::Null)
+fn parse(doc: Option<StoredDocument>) -> Value {
+    doc.map(|d| serde_json::from_str(&d.0).expect("document is JSON")).unwrap_or(Value::Null)
 }
 
 /// Waits until the projector writing `keys` (in this build's layout) has reached the aggregate of

@@ -173,7 +173,10 @@ pub fn stage(
         _ => keys.interview_documents(org),
     };
     match &folded.document {
-        Some(doc) => commands.push(redis::cmd("HSET").arg(staged(&documents)).arg(id).arg(doc).clone()),
+        Some(doc) => {
+            let stored = shared::layout::stored_document(doc, layout);
+            commands.push(redis::cmd("HSET").arg(staged(&documents)).arg(id).arg(stored.as_ref()).clone())
+        }
         None => commands.push(redis::cmd("HDEL").arg(staged(&documents)).arg(id).clone()),
     }
     live.push((documents, folded.document.is_some() as u64));

@@ -6,10 +6,11 @@
 //! generation written partly in each form (a projector of the release before, or a generation whose meta
 //! Redis lost, writes whole states) digests like one written in either. Owners are digested a record each,
 //! as the key each was up to layout 2, whichever form holds them ([`shared::owners`]), and once when
-//! both do.
+//! both do. A document is digested as its JSON, however it is stored (whole, or compressed from layout 5).
 
 use redis::{Cmd, RedisResult};
 use sha2::{Digest as _, Sha256};
+use shared::codec::StoredDocument;
 use shared::connection::Connection;
 use shared::owners::Record;
 use shared::{Keyspace, Topic};
@@ -62,6 +63,7 @@ async fn compute(conn: &mut Connection, keys: &Keyspace, names: Vec<String>) -> 
             .collect::<Result<_, _>>()
             .map_err(to_redis)?;
         let mut values = read_values(conn, chunk, &kinds).await?;
+        whole_documents(keys, chunk, &kinds, &mut values);
         whole_states(conn, keys, chunk, &mut values).await?;
         let twins = owners_also_in_fields(conn, keys, chunk).await?;
         for (((name, kind), parts), twin) in chunk.iter().zip(&kinds).zip(values).zip(twins) {
@@ -173,6 +175,23 @@ async fn read_values(conn: &mut Connection, names: &[String], kinds: &[String]) 
     Ok(values)
 }
 
+/// Replaces every document stored compressed (layout 5) by its JSON, so that documents digest alike in
+/// either form. One that does not read is digested as it is stored: unlike any document.
+fn whole_documents(keys: &Keyspace, names: &[String], kinds: &[String], values: &mut [Vec<Vec<u8>>]) {
+    for ((name, kind), parts) in names.iter().zip(kinds).zip(values) {
+        if kind != "hash" || !keys.is_documents(name) {
+            continue;
+        }
+        for value in parts.iter_mut().skip(1).step_by(2) {
+            if shared::codec::is_compressed(value) {
+                if let Ok(json) = shared::codec::document(value) {
+                    *value = json.into_owned().into_bytes();
+                }
+            }
+        }
+    }
+}
+
 /// Replaces every interview state stored without what its document holds by the whole state, read back
 /// from its document (one round trip for the chunk).
 async fn whole_states(
@@ -195,7 +214,8 @@ async fn whole_states(
     let reads: Vec<Cmd> = found.iter().map(|(_, documents, id)| one("HGET", documents).arg(*id).clone()).collect();
     let documents = conn.query_all(&reads).await?;
     for ((i, _, _), document) in found.iter().zip(documents) {
-        let document: Option<String> = redis::from_redis_value(document).map_err(to_redis)?;
+        let document: Option<String> =
+            redis::from_redis_value::<Option<StoredDocument>>(document).map_err(to_redis)?.map(|d| d.0);
         let state = String::from_utf8_lossy(&values[*i][3]).into_owned();
         // One that does not read is digested as it is stored: unlike any whole state.
         if let Ok(whole) = stored::decode(Topic::Interview, &state, document.as_deref()) {

@@ -3,6 +3,7 @@
 //! read back. Read in every layout the projector reads.
 
 use redis::{Cmd, Value};
+use shared::codec::StoredDocument;
 use shared::{Keyspace, Topic};
 
 use super::{Group, Pending, Store, StoreError};
@@ -62,10 +63,11 @@ pub(super) fn state_reads(keys: &Keyspace, topic: Topic, org: &str, id: &str) ->
 pub(super) fn decode_state(topic: Topic, replies: &[Value]) -> Result<(u64, State), String> {
     let (seq, state): (Option<u64>, Option<String>) =
         redis::from_redis_value_ref(&replies[0]).map_err(|e| e.to_string())?;
-    let document: Option<String> = match replies.get(1) {
+    let document: Option<StoredDocument> = match replies.get(1) {
         Some(reply) => redis::from_redis_value_ref(reply).map_err(|e| e.to_string())?,
         None => None,
     };
+    let document = document.map(|d| d.0);
     let state = match state {
         Some(json) => stored::decode(topic, &json, document.as_deref()).map_err(|e| e.to_string())?,
         None => State::new(topic),

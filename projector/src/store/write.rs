@@ -133,7 +133,7 @@ impl WriteScript {
             .arg(state)
             .arg(id)
             .arg(document_op)
-            .arg(folded.document.as_deref().unwrap_or(""))
+            .arg(shared::layout::stored_document(folded.document.as_deref().unwrap_or(""), w.layout).as_ref())
             .arg(op)
             .arg(score_or_org)
             .arg(transcript_op)

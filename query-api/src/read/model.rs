@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{RedisError, RedisResult, ScriptInvocation, Value};
+use shared::codec::StoredDocument;
 use shared::connection::{Connection, Settings};
 use shared::log_every::LogEvery;
 use shared::redis_tls::{refusal, Refusal, Tls};
@@ -36,7 +37,7 @@ pub type InterviewRead = (InterviewDoc, Transcript);
 
 /// A page of interviews as Redis answers it: total, documents, transcripts (see [`Transcript::from_reply`])
 /// and the organization's epoch; `None` when the study is not completed.
-type PageReply = Option<(u64, Vec<Option<String>>, Vec<Value>, OrgEpoch)>;
+type PageReply = Option<(u64, Vec<Option<StoredDocument>>, Vec<Value>, OrgEpoch)>;
 
 /// An organization's epoch, with which each read of it is tagged: `None` when it has none.
 pub type OrgEpoch = Option<String>;
@@ -244,14 +245,15 @@ impl ReadModel {
     pub async fn studies(&self, keys: &Keyspace, org: &str, page: Span) -> RedisResult<(Page<String>, OrgEpoch)> {
         let mut invocation = STUDIES_PAGE_SCRIPT.key(keys.studies(org));
         invocation.key(keys.study_documents(org)).key(keys.org_epoch(org)).arg(page.start).arg(page.stop);
-        let (total, docs, epoch): (u64, Vec<Option<String>>, OrgEpoch) = self.invoke(&invocation).await?;
-        Ok((Page { total, items: docs.into_iter().flatten().collect() }, epoch))
+        let (total, docs, epoch): (u64, Vec<Option<StoredDocument>>, OrgEpoch) = self.invoke(&invocation).await?;
+        Ok((Page { total, items: docs.into_iter().flatten().map(|doc| doc.0).collect() }, epoch))
     }
 
     pub async fn study(&self, keys: &Keyspace, org: &str, id: &str) -> RedisResult<(Option<String>, OrgEpoch)> {
         let mut invocation = ONE_STUDY_SCRIPT.key(keys.study_documents(org));
         invocation.key(keys.org_epoch(org)).arg(id);
-        self.invoke(&invocation).await
+        let (doc, epoch): (Option<StoredDocument>, OrgEpoch) = self.invoke(&invocation).await?;
+        Ok((doc.map(|doc| doc.0), epoch))
     }
 
     /// A page of a study's interviews, its transcripts whole while they fit in `budget` bytes (see
@@ -293,7 +295,7 @@ impl ReadModel {
         let rewritten = keys.transcripts_rewritten(org);
         for (doc, transcript) in docs.into_iter().zip(transcripts) {
             if let Some(doc) = doc {
-                items.push((InterviewDoc::new(doc), Transcript::from_reply(transcript, &rewritten)?));
+                items.push((InterviewDoc::new(doc.0), Transcript::from_reply(transcript, &rewritten)?));
             }
         }
         Ok(Some((Page { total, items }, epoch)))
@@ -326,9 +328,9 @@ impl ReadModel {
         // The rewrite token is read before the transcripts' lengths: a rewrite after it cuts a long one.
         let rewritten: Option<String> = self.query(redis::cmd("GET").arg(keys.transcripts_rewritten(org))).await?;
         let rewritten = rewritten.unwrap_or_default();
-        let docs: Vec<Option<String>> =
+        let docs: Vec<Option<StoredDocument>> =
             self.query(redis::cmd("HMGET").arg(keys.interview_documents(org)).arg(&ids)).await?;
-        let mut size = docs.iter().flatten().map(|doc| doc.len() as u64).sum::<u64>();
+        let mut size = docs.iter().flatten().map(|doc| doc.0.len() as u64).sum::<u64>();
         let mut lengths = Vec::with_capacity(ids.len());
         for chunk in ids.chunks(8) {
             let strlens = chunk.iter().map(|id| {
@@ -367,7 +369,7 @@ impl ReadModel {
         // On a cluster, tried once, as a page is: while the organization's slot moves, a declared key that
         // does not exist (an interview without a transcript, an organization without a rewrite) makes
         // Redis answer TRYAGAIN for as long as the move lasts, longer than any retry budget.
-        let reply: (Option<String>, Value, OrgEpoch) = if self.cluster() {
+        let reply: (Option<StoredDocument>, Value, OrgEpoch) = if self.cluster() {
             let once = {
                 let mut conn = self.conn().await?.clone();
                 invocation.invoke_async(&mut conn).await
@@ -385,7 +387,8 @@ impl ReadModel {
         let (doc, transcript, epoch) = reply;
         let found = match doc {
             Some(doc) => {
-                Some((InterviewDoc::new(doc), Transcript::from_reply(transcript, &keys.transcripts_rewritten(org))?))
+                let rewritten = keys.transcripts_rewritten(org);
+                Some((InterviewDoc::new(doc.0), Transcript::from_reply(transcript, &rewritten)?))
             }
             None => None,
         };
@@ -404,8 +407,9 @@ impl ReadModel {
     ) -> RedisResult<(Option<InterviewRead>, OrgEpoch)> {
         let rewritten_key = keys.transcripts_rewritten(org);
         let rewritten: Option<String> = self.query(redis::cmd("GET").arg(&rewritten_key)).await?;
-        let doc: Option<String> = self.query(redis::cmd("HGET").arg(keys.interview_documents(org)).arg(id)).await?;
-        let Some(doc) = doc else { return Ok((None, None)) };
+        let doc: Option<StoredDocument> =
+            self.query(redis::cmd("HGET").arg(keys.interview_documents(org)).arg(id)).await?;
+        let Some(StoredDocument(doc)) = doc else { return Ok((None, None)) };
         let key = keys.transcript(org, id);
         let length: u64 = self.query(redis::cmd("STRLEN").arg(&key)).await?;
         let transcript = if length == 0 {

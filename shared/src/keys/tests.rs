@@ -113,5 +113,13 @@ fn api_keys_live_in_their_own_slot_and_keys_carry_the_generation() {
     for other in [ks.aggregate(Topic::Study, "o", "s"), ks.interview_documents("o"), ks.transcript("o", "i")] {
         assert_eq!(ks.documents_of_interview_state(&other), None, "{other}");
     }
+    for org in ["o", "a}b{c", "%7D"] {
+        assert!(ks.is_documents(&ks.study_documents(org)) && ks.is_documents(&ks.interview_documents(org)), "{org}");
+    }
+    for other in
+        [ks.studies("o"), ks.aggregate(Topic::Interview, "o", "x:interview-docs"), ks.at(8).study_documents("o")]
+    {
+        assert!(!ks.is_documents(&other), "{other}");
+    }
     assert_ne!(ks.at(8).studies("o"), ks.studies("o"));
 }

@@ -1,5 +1,6 @@
 //! What an operator reads and runs: logs, traces, metrics, readiness, upgrades, generations left behind.
 
+mod compressed_layout;
 mod configuration;
 mod generations;
 mod logs;

@@ -9,6 +9,7 @@ use end_to_end::kafka::{self, Topics};
 use end_to_end::{fixture, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
+use shared::codec::StoredDocument;
 use shared::owners::Record;
 use shared::{Keyspace, Topic};
 
@@ -129,8 +130,8 @@ async fn a_served_interview_keeps_only_what_its_document_does_not_hold_and_its_n
     let (seq, state, encoding) = stored_state(&mut conn, &keys, &org, "iv-1").await;
     assert_eq!((seq, state.as_str()), (5, r#"{"served":true}"#), "the rest is the document's");
     assert_eq!(encoding, "listpack", "a hash this small is kept compact, though it held a long state before");
-    let document: Option<String> = conn.hget(keys.interview_documents(&org), "iv-1").await.unwrap();
-    assert!(document.unwrap().contains("Zoë"), "the document holds the participant");
+    let document: Option<StoredDocument> = conn.hget(keys.interview_documents(&org), "iv-1").await.unwrap();
+    assert!(document.unwrap().0.contains("Zoë"), "the document holds the participant");
 
     // Hidden, the interview is no longer served: its state is whole again, every field read back from the
     // document it had.
@@ -144,7 +145,7 @@ async fn a_served_interview_keeps_only_what_its_document_does_not_hold_and_its_n
     assert_eq!(state["facets"], json!([{"label": "Topics", "values": ["search", "\"quoted\""]}]));
     assert_eq!(state["video"], json!({"bucket": "b", "key": "v/1.mp4"}));
     assert_eq!((&state["completed"], &state["hidden"], &state["study_id"]), (&json!(true), &json!(true), &json!("s1")));
-    let document: Option<String> = conn.hget(keys.interview_documents(&org), "iv-1").await.unwrap();
+    let document: Option<StoredDocument> = conn.hget(keys.interview_documents(&org), "iv-1").await.unwrap();
     assert_eq!(document, None, "a hidden interview is not served");
     running.stop().await;
 }

@@ -9,6 +9,7 @@ use end_to_end::scenario;
 use end_to_end::{eventually, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
+use shared::codec::StoredDocument;
 use shared::{Keyspace, Topic};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -106,7 +107,7 @@ async fn an_event_of_another_organization_changes_nothing() {
     assert_eq!(running.snapshot().refused, 3);
     let keys = Keyspace::new(running.prefix(), 1);
     let mut conn = redis().await;
-    let doc: String = conn.hget(keys.study_documents("org_a"), "s1").await.unwrap();
+    let StoredDocument(doc) = conn.hget(keys.study_documents("org_a"), "s1").await.unwrap();
     assert!(
         doc.contains(r#""internalTitle":"Mine""#) && doc.contains(r#""updatedAt":"2026-05-01T10:00:00Z""#),
         "{doc}"

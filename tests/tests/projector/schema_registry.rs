@@ -9,6 +9,7 @@ use end_to_end::kafka::{self, Topics};
 use end_to_end::{redis, runner};
 use redis::AsyncCommands;
 use serde_json::json;
+use shared::codec::StoredDocument;
 use shared::{Keyspace, Topic};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -42,7 +43,7 @@ async fn json_in_a_schema_registrys_framing_is_applied_and_counted_and_avro_or_p
     let mut conn = redis().await;
     let studies: Vec<String> = conn.zrange(keys.studies("org"), 0, -1).await.unwrap();
     assert_eq!(studies, ["s1"], "the framed events were applied: the study is completed");
-    let document: String = conn.hget(keys.study_documents("org"), "s1").await.unwrap();
+    let StoredDocument(document) = conn.hget(keys.study_documents("org"), "s1").await.unwrap();
     assert!(document.contains(r#""internalTitle":"Framed""#), "{document}");
 
     let metrics = running.metrics_text();

@@ -15,6 +15,7 @@ use end_to_end::own_redis::OwnRedis;
 use end_to_end::{env, eventually, kafka, metrics, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
+use shared::codec::StoredDocument;
 use shared::{Keyspace, Topic};
 
 use own_redis::on_own_redis;
@@ -117,8 +118,8 @@ async fn applied_on(
 ) -> Instant {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let doc: Option<String> = conn.hget(keys.study_documents(org), study).await.unwrap();
-        if doc.is_some_and(|doc| doc.contains(title)) {
+        let doc: Option<StoredDocument> = conn.hget(keys.study_documents(org), study).await.unwrap();
+        if doc.is_some_and(|doc| doc.0.contains(title)) {
             return Instant::now();
         }
         assert!(Instant::now() < deadline, "the projector did not apply {title}");

@@ -1,0 +1,152 @@
+//! Layout 5 stores documents compressed (`shared::codec`). A read model of layout 4 (every document whole,
+//! as the release before wrote it) is served as it is by this build and projected in its own layout by
+//! this projector; a rebuild moves it to layout 5 while clients read it, and no answer changes.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use end_to_end::api::{self, spawn_app, TestApp};
+use end_to_end::kafka::{self, Topics};
+use end_to_end::scenario::Scenario;
+use end_to_end::{env, eventually, fixture, redis, runner};
+use serde_json::Value;
+use shared::Keyspace;
+
+const SECRET: &str = "layout-five-key-0001";
+const WAIT: Duration = Duration::from_secs(60);
+
+/// How many of an organization's documents are stored whole and how many compressed.
+async fn forms(keys: &Keyspace, org: &str) -> (usize, usize) {
+    let mut conn = redis().await;
+    let (mut whole, mut compressed) = (0, 0);
+    for hash in [keys.study_documents(org), keys.interview_documents(org)] {
+        let fields: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL").arg(&hash).query_async(&mut conn).await.unwrap();
+        for (_, value) in fields {
+            if shared::codec::is_compressed(&value) {
+                compressed += 1;
+            } else {
+                whole += 1;
+            }
+        }
+    }
+    (whole, compressed)
+}
+
+/// Turns generation `keys` into what the release before wrote: layout 4 in its meta and beside its
+/// positions, every document of `org` stored whole.
+async fn as_layout_four(keys: &Keyspace, org: &str) {
+    let mut conn = redis().await;
+    for hash in [keys.study_documents(org), keys.interview_documents(org)] {
+        let fields: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL").arg(&hash).query_async(&mut conn).await.unwrap();
+        for (id, value) in fields {
+            let json = shared::codec::document(&value).expect("a document this build wrote").into_owned();
+            let _: () = redis::cmd("HSET").arg(&hash).arg(id).arg(json).query_async(&mut conn).await.unwrap();
+        }
+    }
+    let _: () = redis::cmd("HSET").arg(keys.meta()).arg("layout").arg("4").query_async(&mut conn).await.unwrap();
+    let positions = conn.scan(&keys.position("*")).await.unwrap();
+    assert!(!positions.is_empty());
+    for hash in positions {
+        let _: () = redis::cmd("HSET").arg(&hash).arg("layout").arg("4").query_async(&mut conn).await.unwrap();
+    }
+}
+
+/// Every answer about the organization: its studies, each one's interviews, and each interview alone;
+/// the video links (signed anew by every request) as whether there is one.
+async fn answers(app: &TestApp) -> Vec<(String, Value)> {
+    let mut all = Vec::new();
+    let mut read = async |path: String| {
+        let (status, mut body) = app.json(&path, SECRET).await;
+        assert_eq!(status, 200, "{path}: {body}");
+        for item in body.get_mut("items").and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(url) = item.get_mut("videoDownloadURL") {
+                *url = Value::Bool(url.is_string());
+            }
+        }
+        if let Some(url) = body.get_mut("videoDownloadURL") {
+            *url = Value::Bool(url.is_string());
+        }
+        all.push((path, body.clone()));
+        body
+    };
+    let studies = read("/v1/studies?pageSize=100".into()).await;
+    for study in studies["items"].as_array().unwrap() {
+        let interviews = read(format!("/v1/studies/{}/interviews?pageSize=100", study["id"].as_str().unwrap())).await;
+        for interview in interviews["items"].as_array().unwrap() {
+            read(format!("/v1/interviews/{}", interview["id"].as_str().unwrap())).await;
+        }
+    }
+    all
+}
+
+/// Fails on the first answer that differs, naming its path.
+fn same(now: &[(String, Value)], before: &[(String, Value)], when: &str) {
+    assert_eq!(now.len(), before.len(), "{when}: {} answers where there were {}", now.len(), before.len());
+    for ((path, body), (_, was)) in now.iter().zip(before) {
+        assert_eq!(body, was, "{when}: {path} changed");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_model_of_layout_four_is_served_as_it_is_and_rebuilt_into_layout_five_with_no_answer_changing() {
+    let scenario = Scenario::generate(0x5eed_0050, 1, 6, 4);
+    let org = scenario.organizations()[0].clone();
+    let mut messages = scenario.messages.clone();
+    messages.extend(fixture::key(&org, "layout-key", SECRET).messages);
+    let topics = Topics::holding(&messages).await;
+    let mut published = messages.len() as u64;
+    let first = runner::spawn_caught_up(&topics, published, WAIT).await;
+    let (prefix, group) = (first.prefix().to_string(), first.group().to_string());
+    first.stop().await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let (whole, compressed) = forms(&keys, &org).await;
+    assert!(whole == 0 && compressed > 0, "layout 5 stores documents compressed: {whole} whole, {compressed}");
+    as_layout_four(&keys, &org).await;
+
+    // This build serves layout 4 and projects it in its own layout: a new study's document whole.
+    let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    let app = Arc::new(spawn_app(api::config(&prefix, &env("REDIS_URL"))).await);
+    let late = fixture::completed_study(&org, "zz-late", "2027-01-01T00:00:00Z").messages;
+    kafka::publish(&kafka::producer(), &topics, &late).await;
+    published += late.len() as u64;
+    live.wait_until_consumed(late.len() as u64, WAIT).await;
+    assert_eq!(forms(&keys, &org).await, (compressed + 1, 0), "a generation of layout 4 gets whole documents");
+    let before = answers(&app).await;
+    assert!(before.len() > 10, "studies, interviews and each interview: {}", before.len());
+
+    // Clients read every answer while a rebuild moves the read model to layout 5.
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (app, stop, before) = (app.clone(), stop.clone(), before.clone());
+        tokio::spawn(async move {
+            let mut reads = 0;
+            while !stop.load(Ordering::Relaxed) {
+                same(&answers(&app).await, &before, "during the rebuild");
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let rebuilt = runner::rebuild(runner::config(&topics, &prefix, &group)).await.expect("the rebuild succeeds");
+    assert_eq!(rebuilt, Some(2));
+    let next = Keyspace::new(prefix.clone(), 2);
+    let layout: Option<String> =
+        redis::cmd("HGET").arg(next.meta()).arg("layout").query_async(&mut redis().await).await.unwrap();
+    assert_eq!(layout.as_deref(), Some("5"));
+    assert_eq!(forms(&next, &org).await, (0, compressed + 1), "the rebuilt generation's documents compressed");
+    eventually(Duration::from_secs(5), "the API to follow the switch", || async {
+        let ready: Value = app.admin_get("/readyz").await.json().await.unwrap();
+        (ready["generation"] == 2).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let reads = reader.await.expect("every answer stayed the same");
+    assert!(reads > 0);
+    same(&answers(&app).await, &before, "layout 5 answers as layout 4 did");
+    assert_eq!(
+        runner::digest(&next).await,
+        runner::digest(&runner::build_from_scratch(&topics, published).await).await
+    );
+    live.stop().await;
+}
