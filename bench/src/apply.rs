@@ -14,21 +14,25 @@ use crate::stream::Message;
 /// A store on its own key prefix, at that prefix's active generation (1 on a new prefix, of this build's
 /// layout).
 pub async fn store(target: &Target, prefix: &str) -> Result<Store> {
+    store_of_layout(target, prefix, shared::layout::LAYOUT).await
+}
+
+/// [`store`] in a layout this build writes: an earlier one, for a build of an earlier revision to read.
+pub async fn store_of_layout(target: &Target, prefix: &str, layout: u32) -> Result<Store> {
+    if !shared::layout::READS.contains(&layout) {
+        bail!("layout {layout}: this build writes layouts {:?}", shared::layout::READS);
+    }
     let settings = Settings { timeout: std::time::Duration::from_secs(30), cluster_retries: 12 };
     let mut conn = Connection::connect(target, settings).await?;
     let generation = projector::first_generation(&mut conn, prefix).await?;
     let keys = Keyspace::new(prefix, generation);
     // In the layout a new read model gets, as the projector marks one.
-    let _: bool = redis::cmd("HSETNX")
-        .arg(keys.meta())
-        .arg(shared::layout::FIELD)
-        .arg(shared::layout::LAYOUT)
-        .query_async(&mut conn)
-        .await?;
+    let _: bool =
+        redis::cmd("HSETNX").arg(keys.meta()).arg(shared::layout::FIELD).arg(layout).query_async(&mut conn).await?;
     // And its healing state opened, with nothing healing: written whole, it is complete. Without the field
     // an API reads a generation of this layout as having lost its healing state, and answers 503.
-    projector::open_healing(&mut conn, &keys, projector::Opened::of_layout(shared::layout::LAYOUT)).await?;
-    Ok(Store::new(conn, keys))
+    projector::open_healing(&mut conn, &keys, projector::Opened::of_layout(layout)).await?;
+    Ok(Store::new(conn, keys).of_layout(layout))
 }
 
 /// The stream has no poison; were there any, it would be counted and dropped.

@@ -30,6 +30,9 @@ struct Args {
     /// Where to write those organizations' API keys, one a line.
     #[arg(long, requires = "organizations")]
     keys_out: Option<std::path::PathBuf>,
+    /// The read model's layout: this build's, or an earlier one for a query API of an earlier revision.
+    #[arg(long, env = "LAYOUT", default_value_t = shared::layout::LAYOUT)]
+    layout: u32,
 }
 
 #[tokio::main]
@@ -47,7 +50,7 @@ async fn main() -> Result<()> {
         let lines: String = others.iter().map(|(_, secret)| format!("{secret}\n")).collect();
         std::fs::write(path, lines)?;
     }
-    let store = apply::store(&Target::Single(args.redis_url.clone()), &args.prefix).await?;
+    let store = apply::store_of_layout(&Target::Single(args.redis_url.clone()), &args.prefix, args.layout).await?;
     let keys = store.keys().clone();
     let mut conn = store.conn();
     let mut pipeline = apply::Pipeline::new(store);

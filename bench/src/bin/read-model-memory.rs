@@ -10,6 +10,7 @@ use benchmarks::compression::{self, Served};
 use benchmarks::report::Line;
 use clap::Parser;
 use redis::AsyncCommands;
+use shared::codec::StoredDocument;
 
 #[derive(Parser)]
 #[command(about = "Sums MEMORY USAGE over a read model's keys and divides by what it serves.")]
@@ -78,7 +79,7 @@ async fn main() -> Result<()> {
     };
     let mut bytes: BTreeMap<&str, u64> = BTreeMap::new();
     let (mut studies, mut interviews, mut transcripts, mut transcript_bytes) = (0u64, 0u64, 0u64, 0u64);
-    // What is served: each served interview's document and transcript, as stored.
+    // What is served: each served interview's document and transcript.
     let (mut document_bytes, mut served_transcript_bytes) = (0u64, 0u64);
     let mut served_list = Vec::new();
     // Each interview's own keys (its state and its transcript), by organization and id, to be told apart
@@ -112,8 +113,9 @@ async fn main() -> Result<()> {
                 let lengths: Vec<u64> = lengths.query_async(&mut conn).await?;
                 served_transcript_bytes += lengths.iter().sum::<u64>();
             } else if tail == ":interview-docs" {
-                let documents: Vec<Vec<u8>> = conn.hvals(key).await?;
-                document_bytes += documents.iter().map(|d| d.len() as u64).sum::<u64>();
+                // As served: a document stored compressed (layout 5) counts its JSON's bytes.
+                let documents: Vec<StoredDocument> = conn.hvals(key).await?;
+                document_bytes += documents.iter().map(|d| d.0.len() as u64).sum::<u64>();
             } else if tail.starts_with(":transcript:") {
                 transcripts += 1;
                 transcript_bytes += conn.strlen::<_, u64>(key).await?;
