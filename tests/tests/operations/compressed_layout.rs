@@ -1,16 +1,19 @@
 //! Layout 5 stores documents compressed (`shared::codec`). A read model of layout 4 (every document whole,
 //! as the release before wrote it) is served as it is by this build and projected in its own layout by
-//! this projector; a rebuild moves it to layout 5 while clients read it, and no answer changes.
+//! this projector; a rebuild moves it to layout 5 while clients read it, and no answer changes. A
+//! document compressed with a dictionary this build lacks is refused by name, never served.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use end_to_end::api::{self, spawn_app, TestApp};
+use end_to_end::api::{self, spawn_app, ApiProcess, TestApp, World};
+use end_to_end::fixture::{ACME, ACME_KEY};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::scenario::Scenario;
-use end_to_end::{env, eventually, fixture, redis, runner};
+use end_to_end::{env, eventually, fixture, redis, runner, unique};
 use serde_json::Value;
+use shared::codec::StoredDocument;
 use shared::Keyspace;
 
 const SECRET: &str = "layout-five-key-0001";
@@ -149,4 +152,34 @@ async fn a_read_model_of_layout_four_is_served_as_it_is_and_rebuilt_into_layout_
         runner::digest(&runner::build_from_scratch(&topics, published).await).await
     );
     live.stop().await;
+}
+
+/// A later release's document: compressed with the dictionary this build ships, under another id (2), as
+/// a new dictionary would be. This build has no dictionary 2: the API answers 503 for what holds it (never
+/// a 500, never the frame's bytes as JSON), says why in its log, and serves the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_document_compressed_with_a_dictionary_this_build_lacks_is_a_503_that_names_the_dictionary() {
+    let world = World::start(&fixture::dataset()).await;
+    let keys = Keyspace::new(world.prefix.clone(), 1);
+    let mut conn = redis().await;
+    let documents = keys.study_documents(ACME);
+    let StoredDocument(json) = redis::cmd("HGET").arg(&documents).arg("s_a").query_async(&mut conn).await.unwrap();
+    let mut later = include_bytes!("../../../shared/dictionaries/documents-1.zdict").to_vec();
+    later[4..8].copy_from_slice(&2u32.to_le_bytes());
+    let frame = zstd::bulk::Compressor::with_dictionary(3, &later).unwrap().compress(json.as_bytes()).unwrap();
+    let _: () = redis::cmd("HSET").arg(&documents).arg("s_a").arg(&frame).query_async(&mut conn).await.unwrap();
+
+    let path = std::env::temp_dir().join(format!("{}.log", unique("dictionary")));
+    let file = std::fs::File::create(&path).unwrap();
+    let api = ApiProcess::spawn_logging(&world.prefix, &env("REDIS_URL"), file).await;
+    for route in ["/v1/studies/s_a", "/v1/studies"] {
+        let refused = api.get(route, ACME_KEY).await;
+        assert_eq!(refused.status(), 503, "{route}");
+        assert!(refused.headers().contains_key("retry-after"), "{route}");
+    }
+    assert_eq!(api.get("/v1/studies/s_b", ACME_KEY).await.status(), 200, "the other documents are served");
+    drop(api);
+    let logs = std::fs::read_to_string(&path).unwrap();
+    let said = "compressed with zstd dictionary 2, which this build does not have";
+    assert!(logs.lines().any(|line| line.contains(said) && line.contains("\"ERROR\"")), "{logs}");
 }
