@@ -30,6 +30,9 @@ struct Args {
     /// Messages per batch, as the projector's BATCH_SIZE.
     #[arg(long, default_value_t = 1000)]
     batch: usize,
+    /// The read model's layout: this build's, or an earlier one to compare what a layout costs.
+    #[arg(long, env = "LAYOUT", default_value_t = shared::layout::LAYOUT)]
+    layout: u32,
     /// Stop after this many seconds and report the rate so far.
     #[arg(long, default_value_t = 3600)]
     max_secs: u64,
@@ -39,7 +42,8 @@ struct Args {
 async fn main() -> Result<()> {
     let args = Args::parse();
     let messages = Stream::collect_all(args.seed, args.events);
-    let store = apply::store(&Target::new(&args.redis_url, args.redis_cluster), &args.prefix).await?;
+    let target = Target::new(&args.redis_url, args.redis_cluster);
+    let store = apply::store_of_layout(&target, &args.prefix, args.layout).await?;
     let mut pipeline = apply::Pipeline::new(store);
     let limit = Duration::from_secs(args.max_secs);
     let mut done = 0;
