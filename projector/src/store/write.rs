@@ -133,7 +133,14 @@ impl WriteScript {
             .arg(state)
             .arg(id)
             .arg(document_op)
-            .arg(shared::layout::stored_document(folded.document.as_deref().unwrap_or(""), w.layout).as_ref())
+            .arg(
+                folded
+                    .document
+                    .as_deref()
+                    .map(|doc| shared::layout::stored_document(doc, w.layout))
+                    .unwrap_or_default()
+                    .as_ref(),
+            )
             .arg(op)
             .arg(score_or_org)
             .arg(transcript_op)
