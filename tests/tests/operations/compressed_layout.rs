@@ -154,8 +154,8 @@ async fn a_read_model_of_layout_four_is_served_as_it_is_and_rebuilt_into_layout_
     live.stop().await;
 }
 
-/// A later release's document: compressed with the dictionary this build ships, under another id (2), as
-/// a new dictionary would be. This build has no dictionary 2: the API answers 503 for what holds it (never
+/// A later release's document: compressed with the dictionary this build ships, under another id (9), as
+/// a new dictionary would be. This build has no dictionary 9: the API answers 503 for what holds it (never
 /// a 500, never the frame's bytes as JSON), says why in its log, and serves the rest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_document_compressed_with_a_dictionary_this_build_lacks_is_a_503_that_names_the_dictionary() {
@@ -165,7 +165,7 @@ async fn a_document_compressed_with_a_dictionary_this_build_lacks_is_a_503_that_
     let documents = keys.study_documents(ACME);
     let StoredDocument(json) = redis::cmd("HGET").arg(&documents).arg("s_a").query_async(&mut conn).await.unwrap();
     let mut later = include_bytes!("../../../shared/dictionaries/documents-1.zdict").to_vec();
-    later[4..8].copy_from_slice(&2u32.to_le_bytes());
+    later[4..8].copy_from_slice(&9u32.to_le_bytes());
     let frame = zstd::bulk::Compressor::with_dictionary(3, &later).unwrap().compress(json.as_bytes()).unwrap();
     let _: () = redis::cmd("HSET").arg(&documents).arg("s_a").arg(&frame).query_async(&mut conn).await.unwrap();
 
@@ -180,6 +180,6 @@ async fn a_document_compressed_with_a_dictionary_this_build_lacks_is_a_503_that_
     assert_eq!(api.get("/v1/studies/s_b", ACME_KEY).await.status(), 200, "the other documents are served");
     drop(api);
     let logs = std::fs::read_to_string(&path).unwrap();
-    let said = "compressed with zstd dictionary 2, which this build does not have";
+    let said = "compressed with zstd dictionary 9, which this build does not have";
     assert!(logs.lines().any(|line| line.contains(said) && line.contains("\"ERROR\"")), "{logs}");
 }
