@@ -14,7 +14,7 @@ use crate::api::models::PageInfo;
 use crate::read::budget::{Budget, Held};
 use crate::read::document::Fields;
 use crate::read::model::ReadModel;
-use crate::read::transcript::{self, escape, Long, Transcript};
+use crate::read::transcript::{self, escape, Long, Packed, Transcript};
 
 /// A JSON body being written: in memory, but for long transcripts, which are read from Redis while the
 /// body is sent ([`crate::read::transcript`]).
@@ -28,6 +28,8 @@ enum Part {
     Written(Vec<u8>),
     /// A long transcript, escaped as a JSON string's contents.
     Long(Long),
+    /// A compressed transcript, decompressed and escaped as a JSON string's contents.
+    Packed(Packed),
 }
 
 impl JsonBody {
@@ -74,6 +76,13 @@ impl JsonBody {
                 self.parts.push(Part::Long(long.clone()));
                 self.written.push(b'"');
             }
+            Transcript::Packed(packed) => {
+                out.push(b'"');
+                let before = std::mem::take(out);
+                self.parts.push(Part::Written(before));
+                self.parts.push(Part::Packed(packed.clone()));
+                self.written.push(b'"');
+            }
         }
         let out = &mut self.written;
         out.extend_from_slice(b",\"createdAt\":");
@@ -107,17 +116,19 @@ impl JsonBody {
         let (model, budget) = (model.clone(), budget.clone());
         let stream = futures::stream::iter(parts).flat_map(move |part| match part {
             Part::Written(bytes) => futures::stream::once(std::future::ready(Ok(Bytes::from(bytes)))).boxed(),
-            Part::Long(long) => transcript::chunks(model.clone(), long, budget.clone())
-                .map_ok(|(raw, held)| {
-                    let mut escaped = Vec::with_capacity(raw.len() + raw.len() / 8);
-                    escape(&mut escaped, &raw);
-                    // The chunk's share of the budget goes back once the chunk is sent.
-                    Bytes::from_owner(Escaped(escaped, held))
-                })
-                .boxed(),
+            Part::Long(long) => transcript::chunks(model.clone(), long, budget.clone()).map_ok(escaped).boxed(),
+            Part::Packed(packed) => transcript::unpacked(packed, budget.clone()).map_ok(escaped).boxed(),
         });
         Body::from_stream(stream)
     }
+}
+
+/// A chunk of a transcript escaped, holding its share of the budget until it is sent.
+fn escaped((raw, held): (Vec<u8>, Held)) -> Bytes {
+    let mut escaped = Vec::with_capacity(raw.len() + raw.len() / 8);
+    escape(&mut escaped, &raw);
+    // The chunk's share of the budget goes back once the chunk is sent.
+    Bytes::from_owner(Escaped(escaped, held))
 }
 
 /// A chunk of a long transcript, escaped, and what it holds of the process's byte budget (given back

@@ -68,6 +68,11 @@ impl Held {
         self.permit.num_permits() as u64 * KIB
     }
 
+    /// Holds what `other` holds too.
+    pub fn merge(&mut self, other: Held) {
+        self.permit.merge(other.permit);
+    }
+
     /// Gives back what is held beyond `bytes`.
     pub fn keep(&mut self, bytes: u64) {
         let keep = bytes.div_ceil(KIB).max(1) as usize;
@@ -97,6 +102,11 @@ mod tests {
         assert_eq!(first.bytes(), 300 * KIB);
         assert_eq!(budget.free(), 10 * MIB - 300 * KIB - 2 * MIB);
         drop((first, second));
+        assert_eq!(budget.free(), 10 * MIB);
+        let (mut one, other) = (budget.reserve(MIB).await, budget.reserve(2 * MIB).await);
+        one.merge(other);
+        assert_eq!((one.bytes(), budget.free()), (3 * MIB, 7 * MIB), "one holds both");
+        drop(one);
         assert_eq!(budget.free(), 10 * MIB);
     }
 

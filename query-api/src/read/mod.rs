@@ -27,6 +27,7 @@ use cache::{ReadCache, ReadKey, Stored};
 use model::{InterviewRead, OrgEpoch, Page, ReadModel};
 use push::{Kind, Known, Tracker};
 use redis::RedisResult;
+use transcript::Transcript;
 
 /// Why a data read was not answered.
 #[derive(Debug, thiserror::Error)]
@@ -143,7 +144,10 @@ impl Reads {
         let held = std::sync::Mutex::new(None);
         let read = || async {
             let mut reserved = self.pages.reserve(self.budget).await;
-            let found = self.model.interviews(keys, org, study_id, span, reserved.bytes()).await?;
+            let mut found = self.model.interviews(keys, org, study_id, span, reserved.bytes()).await?;
+            if let Some((page, _)) = &mut found {
+                Transcript::settle(page.items.iter_mut().map(|(doc, t)| (doc.heap_bytes(), t)), reserved.bytes())?;
+            }
             let holds = found.as_ref().map_or(0, |(page, _)| page.items.iter().map(read_bytes).sum());
             reserved.keep(holds);
             *held.lock().expect("held") = Some(reserved);
@@ -169,7 +173,10 @@ impl Reads {
         let held = std::sync::Mutex::new(None);
         let read = || async {
             let mut reserved = self.pages.reserve(self.budget).await;
-            let found = self.model.interview(keys, org, id, reserved.bytes()).await?;
+            let mut found = self.model.interview(keys, org, id, reserved.bytes()).await?;
+            if let Some((doc, transcript)) = &mut found.0 {
+                Transcript::settle([(doc.heap_bytes(), transcript)], reserved.bytes())?;
+            }
             reserved.keep(found.0.as_ref().map_or(0, read_bytes));
             *held.lock().expect("held") = Some(reserved);
             Ok(found)

@@ -22,7 +22,7 @@ use super::document::InterviewDoc;
 use super::scripts::{
     INTERVIEWS_PAGE_SCRIPT, KEY_LOOKUP_SCRIPT, ONE_INTERVIEW_SCRIPT, ONE_STUDY_SCRIPT, STUDIES_PAGE_SCRIPT,
 };
-use super::transcript::{Long, Transcript, Whole};
+use super::transcript::{Long, Transcript};
 use super::Span;
 
 /// A page of stored documents and the total they were taken from.
@@ -415,8 +415,8 @@ impl ReadModel {
         let transcript = if length == 0 {
             Transcript::None
         } else if doc.len() as u64 + length <= budget {
-            let whole: Option<String> = self.query(redis::cmd("GET").arg(&key)).await?;
-            whole.map_or(Transcript::None, |text| Transcript::Whole(Whole::of(text)))
+            let whole: Value = self.query(redis::cmd("GET").arg(&key)).await?;
+            Transcript::from_reply(whole, &rewritten_key)?
         } else {
             Transcript::Long(Long { key, length, rewritten_key, rewritten: rewritten.unwrap_or_default() })
         };

@@ -10,9 +10,17 @@
 //! is read in one script with a check of that token. A rewrite, or a transcript that shrank meanwhile,
 //! ends the response early: the client sees a body cut short, never half of one version and half of
 //! another, and asks again, as after any transient failure.
+//!
+//! A served interview's transcript may be stored compressed (`shared::codec`: a zstd frame of at most a
+//! [`CHUNK`] of WebVTT). The page's script weighs it by its stored bytes; once read, a frame is
+//! decompressed while the decompressed transcripts fit the budget, and the others are kept as read
+//! ([`Transcript::Packed`]) and decompressed one at a time while the response is sent, each holding its
+//! share of the budget, as a chunk does. One the script answered as long (its budget spent) is read in
+//! one chunk, being at most a chunk, and served only if it is the frame the page saw (as long as it
+//! was): a compressed transcript changes only as a whole.
 
 use futures::Stream;
-use redis::{RedisResult, Value};
+use redis::{ErrorKind, RedisError, RedisResult, Value};
 
 use super::budget::{Budget, Held};
 use super::model::ReadModel;
@@ -30,6 +38,33 @@ pub enum Transcript {
     Whole(Whole),
     /// Too long for the request's budget: read while sending.
     Long(Long),
+    /// Read compressed, too long decompressed for the request's budget: decompressed while sending.
+    Packed(Packed),
+}
+
+/// A compressed transcript as read (`shared::codec`), and how many bytes it holds decompressed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Packed {
+    frame: Vec<u8>,
+    size: u64,
+}
+
+impl Packed {
+    /// A frame whose header this build reads: a dictionary it has, at most a [`CHUNK`].
+    fn of(frame: Vec<u8>) -> RedisResult<Self> {
+        let size = shared::codec::transcript_size(&frame).map_err(unreadable)?;
+        Ok(Self { frame, size })
+    }
+
+    /// Its WebVTT.
+    fn unpack(&self) -> RedisResult<String> {
+        shared::codec::transcript(&self.frame).map(|text| text.into_owned()).map_err(unreadable)
+    }
+}
+
+/// A stored transcript this build cannot read, as the error of the read that met it.
+fn unreadable(e: shared::codec::CodecError) -> RedisError {
+    RedisError::from((ErrorKind::Parse, "a stored transcript does not read", e.to_string()))
 }
 
 /// A transcript too long for a request's budget: its first `length` bytes, read from `key` a chunk at a
@@ -54,8 +89,28 @@ impl Transcript {
                 let (key, length, rewritten) = redis::from_redis_value(Value::Array(three))?;
                 Ok(Transcript::Long(Long { key, length, rewritten_key: rewritten_key.to_string(), rewritten }))
             }
+            Value::BulkString(bytes) if shared::codec::is_compressed(&bytes) => {
+                Ok(Transcript::Packed(Packed::of(bytes)?))
+            }
             other => Ok(Transcript::Whole(Whole::of(redis::from_redis_value(other)?))),
         }
+    }
+
+    /// Decompresses the compressed transcripts of `read`, in its order, while what it holds stays within
+    /// `budget` bytes; the others stay compressed, to be decompressed while they are sent.
+    pub fn settle<'a>(read: impl IntoIterator<Item = (usize, &'a mut Transcript)>, budget: u64) -> RedisResult<()> {
+        let mut transcripts: Vec<(usize, &mut Transcript)> = read.into_iter().collect();
+        let mut held = transcripts.iter().map(|(doc, t)| (*doc + t.heap_bytes()) as u64).sum::<u64>();
+        for (_, transcript) in &mut transcripts {
+            let Transcript::Packed(packed) = &**transcript else { continue };
+            // Its escaped copy, up to an eighth more, in place of the frame.
+            let grows = (packed.size + packed.size / 8).saturating_sub(packed.frame.len() as u64);
+            if held + grows <= budget {
+                held += grows;
+                **transcript = Transcript::Whole(Whole::of(packed.unpack()?));
+            }
+        }
+        Ok(())
     }
 
     /// The bytes it holds in memory besides itself.
@@ -64,6 +119,7 @@ impl Transcript {
             Transcript::None => 0,
             Transcript::Whole(text) => text.capacity(),
             Transcript::Long(long) => long.key.capacity() + long.rewritten_key.capacity() + long.rewritten.capacity(),
+            Transcript::Packed(packed) => packed.frame.capacity(),
         }
     }
 
@@ -197,6 +253,22 @@ pub fn chunks(model: ReadModel, long: Long, budget: Budget) -> impl Stream<Item 
                 }
                 std::io::Error::other(e)
             })?;
+            if start == 0 && shared::codec::is_compressed(&bytes) {
+                // At most a chunk, so read whole: the frame the page saw if it is as long as it was (a
+                // compressed transcript changes only as a whole).
+                if bytes.len() as u64 != long.length {
+                    tracing::info!(
+                        key = long.key,
+                        "a transcript was compressed anew while it was sent; the response is cut short"
+                    );
+                    return Err(std::io::Error::other("the transcript changed while it was sent"));
+                }
+                let packed = Packed::of(bytes).map_err(|e| {
+                    tracing::warn!(key = long.key, error = %e, "a compressed transcript does not read; the response is cut short");
+                    std::io::Error::other(e)
+                })?;
+                return Ok(Some((unpack(packed, &budget, Some(held)).await?, long.length)));
+            }
             if (bytes.len() as u64) < end - start {
                 tracing::warn!(key = long.key, "a transcript shrank while it was sent; the response is cut short");
                 return Err(std::io::Error::other("the transcript changed while it was sent"));
@@ -204,6 +276,25 @@ pub fn chunks(model: ReadModel, long: Long, budget: Budget) -> impl Stream<Item 
             Ok(Some(((bytes, held), end)))
         }
     })
+}
+
+/// A compressed transcript's WebVTT, decompressed when it is sent, holding its share of the process's
+/// byte budget until it is (the frame itself is held by the read it came with).
+pub fn unpacked(packed: Packed, budget: Budget) -> impl Stream<Item = std::io::Result<(Vec<u8>, Held)>> {
+    futures::stream::once(async move { unpack(packed, &budget, None).await })
+}
+
+/// `packed` decompressed, with its share of the budget (beside what `held` holds for it already).
+async fn unpack(packed: Packed, budget: &Budget, held: Option<Held>) -> std::io::Result<(Vec<u8>, Held)> {
+    let mut share = budget.reserve(packed.size + packed.size / 8).await;
+    if let Some(held) = held {
+        share.merge(held);
+    }
+    let text = packed.unpack().map_err(|e| {
+        tracing::warn!(error = %e, "a compressed transcript does not decompress; the response is cut short");
+        std::io::Error::other(e)
+    })?;
+    Ok((text.into_bytes(), share))
 }
 
 #[cfg(test)]
@@ -246,5 +337,61 @@ mod tests {
             out.push(b'"');
             assert_eq!(String::from_utf8(out).unwrap(), expected, "cut at byte {cut}");
         }
+    }
+
+    fn webvtt(n: usize) -> String {
+        let cues: String = (0..n).map(|i| format!("\n00:00:{i:02}.000 --> 00:00:{i:02}.500\nAnswer {i}\n")).collect();
+        format!("WEBVTT\n{cues}")
+    }
+
+    #[test]
+    fn a_compressed_transcript_is_decompressed_while_the_budget_has_room_and_kept_compressed_after() {
+        let texts = [webvtt(40), webvtt(50), webvtt(45)];
+        let frame = |text: &str| Value::BulkString(shared::codec::compress_transcript(text));
+        let mut read: Vec<Transcript> = texts.iter().map(|t| Transcript::from_reply(frame(t), "r").unwrap()).collect();
+        assert!(read.iter().all(|t| matches!(t, Transcript::Packed(_))), "read compressed");
+        // Room for the documents, the frames and the first two decompressed (each with an eighth more).
+        let grown = |t: &str| (t.len() + t.len() / 8) as u64;
+        let frames: u64 = read.iter().map(|t| t.heap_bytes() as u64).sum();
+        let budget = 300 + frames + grown(&texts[0]) + grown(&texts[1]);
+        Transcript::settle(read.iter_mut().map(|t| (100, t)), budget).unwrap();
+        for (transcript, text) in read.iter().zip(&texts).take(2) {
+            let mut out = Vec::new();
+            let Transcript::Whole(whole) = transcript else { panic!("{transcript:?}") };
+            whole.write_json(&mut out);
+            assert_eq!(out, serde_json::to_vec(text).unwrap());
+        }
+        let Transcript::Packed(last) = &read[2] else { panic!("the third does not fit: {:?}", read[2]) };
+        assert_eq!(last.unpack().unwrap(), texts[2], "decompressed when it is sent");
+    }
+
+    #[test]
+    fn a_frame_of_a_dictionary_this_build_lacks_or_larger_than_a_chunk_does_not_read() {
+        // The shipped dictionary under id 9, as a later release's would be.
+        let mut dictionary = include_bytes!("../../../shared/dictionaries/transcripts-2.zdict").to_vec();
+        dictionary[4..8].copy_from_slice(&9u32.to_le_bytes());
+        let mut compressor = zstd::bulk::Compressor::with_dictionary(3, &dictionary).unwrap();
+        let later = compressor.compress(webvtt(3).as_bytes()).unwrap();
+        let refused = Transcript::from_reply(Value::BulkString(later), "r").unwrap_err();
+        assert!(refused.to_string().contains("zstd dictionary 9"), "{refused}");
+        let huge = format!("WEBVTT\n{}", "x".repeat(CHUNK as usize));
+        let frame = Value::BulkString(shared::codec::compress_transcript(&huge));
+        assert!(Transcript::from_reply(frame, "r").is_err(), "more than a chunk decompressed");
+    }
+
+    #[tokio::test]
+    async fn a_packed_transcript_is_sent_decompressed_holding_its_share_of_the_budget() {
+        use futures::StreamExt;
+        let text = webvtt(30);
+        let Transcript::Packed(packed) =
+            Transcript::from_reply(Value::BulkString(shared::codec::compress_transcript(&text)), "r").unwrap()
+        else {
+            panic!("read compressed")
+        };
+        let budget = Budget::new(8 * CHUNK);
+        let sent: Vec<_> = unpacked(packed, budget.clone()).collect().await;
+        let [Ok((raw, held))] = &sent[..] else { panic!("one part: {sent:?}") };
+        assert_eq!(raw, text.as_bytes());
+        assert!(held.bytes() >= text.len() as u64, "it holds {} bytes for {}", held.bytes(), text.len());
     }
 }

@@ -1,7 +1,8 @@
 //! Transcripts as the projector stores them and the API serves them: one string per interview, appended
 //! to as messages arrive (so a message costs its own size, not the transcript's), read whole by the
 //! interview's route and by its study's page, on one Redis and on a Redis Cluster alike; a long one sent
-//! a chunk at a time is never a mixture of two versions.
+//! a chunk at a time is never a mixture of two versions; one stored compressed is served as its WebVTT,
+//! within the request's budget or beyond it.
 
 use std::time::Duration;
 
@@ -149,4 +150,96 @@ async fn a_transcript_rewritten_while_it_is_sent_in_chunks_is_cut_short_never_mi
     assert!(olds > 0 && news == 0, "{olds} bytes of the drifted version were sent, then {news} of the repaired one");
     let ended = sent.windows(b"\",\"createdAt\"".len()).any(|w| w == b"\",\"createdAt\"");
     assert!(!ended, "the transcript was sent whole, {olds} bytes: the repair came too late to test anything");
+}
+
+/// WebVTT of about `bytes` bytes: cues of words drawn from a short list, which compress to about a quarter
+/// as a served transcript's do.
+fn wordy(seed: u64, bytes: usize) -> String {
+    const WORDS: [&str; 16] = [
+        "report",
+        "search",
+        "every",
+        "Monday",
+        "export",
+        "the",
+        "team",
+        "slow",
+        "filter",
+        "dashboard",
+        "when",
+        "again",
+        "numbers",
+        "meeting",
+        "we",
+        "copy",
+    ];
+    let (mut state, mut out, mut cue) = (seed * 2 + 1, String::from("WEBVTT\n"), 0u64);
+    while out.len() < bytes {
+        out.push_str(&format!(
+            "\n00:{:02}:{:02}.000 --> 00:{:02}:{:02}.500\n",
+            cue / 60 % 60,
+            cue % 60,
+            cue / 60 % 60,
+            cue % 60
+        ));
+        for _ in 0..12 {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            out.push_str(WORDS[(state % 16) as usize]);
+            out.push(' ');
+        }
+        out.push('\n');
+        cue += 1;
+    }
+    out
+}
+
+/// Transcripts stored compressed (`shared::codec`, as the projector stores a served interview's) are
+/// served as the WebVTT they hold, by the interview's route and by the page, whichever way the page's
+/// byte budget (1 MB here) makes the API take them: decompressed with the page, decompressed while the
+/// response is sent (they fit the budget compressed, not decompressed), or read as long ones, a frame in
+/// one chunk (the budget spent on the frames before them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_transcripts_are_served_as_their_webvtt_within_and_beyond_the_page_budget() {
+    let started = |n: usize| format!("2026-03-01T{:02}:00:00Z", 8 + n);
+    const N: usize = 16;
+    let ids: Vec<String> = (0..N).map(|n| format!("i_{n:02}")).collect();
+    let setup = [fixture::completed_study(ACME, STUDY, "2026-03-02T09:00:00Z"), fixture::key(ACME, "k", ACME_KEY)]
+        .into_iter()
+        .chain(ids.iter().enumerate().map(|(n, id)| fixture::completed(interview(ACME, id, STUDY, &started(n)))));
+    let world = World::start(&setup.flat_map(|a| a.messages).collect::<Vec<_>>()).await;
+    // The newest (first on the page) 900 kB, the rest 400 kB: 6.9 MB of WebVTT in 1.3 MB of frames (74 kB
+    // each, 166 kB the first), so the page's last frames come back as long ones.
+    let texts: Vec<String> = (0..N).map(|n| wordy(n as u64, if n == N - 1 { 900_000 } else { 400_000 })).collect();
+    let keys = Keyspace::new(world.prefix.clone(), 1);
+    let mut conn = redis().await;
+    for (id, text) in ids.iter().zip(&texts) {
+        let frame = shared::codec::compress_transcript(text);
+        assert!(frame.len() < text.len() / 3, "{} of {} bytes", frame.len(), text.len());
+        let _: () = conn.set(keys.transcript(ACME, id), frame).await.unwrap();
+    }
+    let mut config = end_to_end::api::config(&world.prefix, &end_to_end::env("REDIS_URL"));
+    config.max_page_mb = 1;
+    let app = end_to_end::api::spawn_app(config).await;
+
+    for (id, text) in ids.iter().zip(&texts) {
+        let (status, one) = app.json(&format!("/v1/interviews/{id}"), ACME_KEY).await;
+        assert_eq!(status, 200, "{id}");
+        assert!(one["transcriptAsWebVTT"].as_str() == Some(text), "{id}: another transcript");
+    }
+    let (status, page) = app.json(&format!("/v1/studies/{STUDY}/interviews?pageSize=100"), ACME_KEY).await;
+    assert_eq!(status, 200);
+    let served: Vec<(&str, &str)> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["id"].as_str().unwrap(), i["transcriptAsWebVTT"].as_str().unwrap_or("null")))
+        .collect();
+    let expected: Vec<(&str, &str)> = ids.iter().zip(&texts).rev().map(|(id, t)| (id.as_str(), t.as_str())).collect();
+    assert_eq!(served.len(), expected.len());
+    for ((id, got), (_, want)) in served.iter().zip(&expected) {
+        assert!(got == want, "{id}: {} bytes served where {} were stored", got.len(), want.len());
+    }
+    assert_eq!(served.iter().map(|s| s.0).collect::<Vec<_>>(), expected.iter().map(|e| e.0).collect::<Vec<_>>());
 }
