@@ -71,6 +71,14 @@ impl IntoResponse for ApiError {
                 response.headers_mut().insert("retry-after", retry_after(wait).into());
                 response
             }
+            // A reply that does not read: a record of a later release (a dictionary or a layout this build
+            // lacks) or a damaged one. Redis answers; what it holds cannot be served by this build.
+            ApiError::Unavailable(e) if e.kind() == redis::ErrorKind::Parse => {
+                if let Some(skipped) = UNREADABLE.allow() {
+                    tracing::error!(error = %e, skipped, "a record of the read model does not read");
+                }
+                unavailable(Refused("unreadable"))
+            }
             ApiError::Unavailable(e) => {
                 if let Some(skipped) = UNAVAILABLE.allow() {
                     tracing::error!(error = %e, skipped, "read model unavailable");
@@ -112,6 +120,7 @@ impl IntoResponse for ApiError {
 /// Per-request refusals during an outage or an overload are logged once a second at most, each line with
 /// how many were left out before it: every request still has its access log line.
 static UNAVAILABLE: LogEvery = LogEvery::second();
+static UNREADABLE: LogEvery = LogEvery::second();
 static OVERLOADED: LogEvery = LogEvery::second();
 static THROTTLED: LogEvery = LogEvery::second();
 static NOT_READY: LogEvery = LogEvery::second();
@@ -177,6 +186,8 @@ mod tests {
         assert_eq!(refused(ApiError::Overloaded("too many requests in flight")).1, Some(Refused("overloaded")));
         let redis = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         assert_eq!(refused(ApiError::Unavailable(redis)).1, Some(Refused("redis")));
+        let parse = redis::RedisError::from((redis::ErrorKind::Parse, "a stored record does not read"));
+        assert_eq!(refused(ApiError::Unavailable(parse)).1, Some(Refused("unreadable")));
         assert_eq!(refused(ApiError::Unauthorized), (StatusCode::UNAUTHORIZED, None));
     }
 }

@@ -179,7 +179,15 @@ async fn a_document_compressed_with_a_dictionary_this_build_lacks_is_a_503_that_
     }
     assert_eq!(api.get("/v1/studies/s_b", ACME_KEY).await.status(), 200, "the other documents are served");
     drop(api);
+    // Counted apart from Redis failing.
+    let app = spawn_app(api::config(&world.prefix, &env("REDIS_URL"))).await;
+    assert_eq!(app.get("/v1/studies/s_a", Some(ACME_KEY)).await.status(), 503);
+    let metrics = app.admin_get("/metrics").await.text().await.unwrap();
+    let refused =
+        |cause: &str| end_to_end::metrics::sample(&metrics, "api_refused_total", &[&format!("cause=\"{cause}\"")]);
+    assert_eq!((refused("unreadable"), refused("redis")), (1.0, 0.0), "{metrics}");
     let logs = std::fs::read_to_string(&path).unwrap();
     let said = "compressed with zstd dictionary 9, which this build does not have";
     assert!(logs.lines().any(|line| line.contains(said) && line.contains("\"ERROR\"")), "{logs}");
+    assert!(logs.contains("a record of the read model does not read"), "{logs}");
 }
