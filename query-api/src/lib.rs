@@ -15,9 +15,10 @@
 //!   `docs` the definition of section 9; `health` the operational routes. One route list (`api::v1`) feeds the router and the definition.
 //! - [`auth`]: section 5. `credential` finds the key in the headers, looked up among the keys kept in
 //!   memory (`read::push`) or in Redis; `rate_limit` throttles per key and unknown keys.
-//! - [`read`]: the read path. `model` is every Redis read (one script each, the scripts in `scripts`);
-//!   `cache` keeps reads in memory, bounded in bytes; `transcript` sends a transcript beyond a request's
-//!   byte budget in chunks; `budget` bounds what all requests together read; `push` keeps the keys and organizations' epochs Redis pushes the changes of
+//! - [`read`]: the read path. `model` is every Redis read (one script each, the scripts in `scripts`),
+//!   `key_by_key` the reads of interviews while their slot moves; `cache` keeps reads in memory, bounded
+//!   in bytes; `transcript` decompresses a compressed transcript and sends one beyond a request's byte
+//!   budget in chunks; `budget` bounds what all requests together read; `push` keeps the keys and organizations' epochs Redis pushes the changes of
 //!   (client tracking), which vouch for what is kept (`push::kept` holds the rule, `push::upkeep` the
 //!   connections); `generation` is the generation served; `freshness`
 //!   how fresh it is, from the projectors' reports and the organization's epoch.

@@ -11,6 +11,7 @@ pub mod document;
 pub mod freshness;
 pub mod generation;
 pub mod healing;
+mod key_by_key;
 pub mod model;
 pub mod push;
 pub mod scripts;
