@@ -64,7 +64,7 @@ pub(super) fn folded(id: &str, sequence: u64, state: State, cues: String) -> Fol
             _ => (None, IndexChange::Remove, TranscriptChange::Keep),
         },
         State::Interview(interview) => {
-            let visible = interview.completed && !interview.hidden && !interview.deleted;
+            let visible = interview.served();
             let document = visible.then(|| {
                 to_json(&InterviewDocument {
                     id: id.to_string(),

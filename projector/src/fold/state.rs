@@ -44,6 +44,13 @@ pub struct InterviewState {
     pub gaps: Vec<(u64, u64)>,
 }
 
+impl InterviewState {
+    /// Whether the API serves the interview: completed, not hidden, not deleted (it has a document).
+    pub fn served(&self) -> bool {
+        self.completed && !self.hidden && !self.deleted
+    }
+}
+
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct KeyState {
     pub name: String,
@@ -88,6 +95,11 @@ impl State {
             State::Interview(s) => &s.gaps,
             State::ApiKey(s) => &s.gaps,
         }
+    }
+
+    /// Whether this is an interview the API serves ([`InterviewState::served`]).
+    pub fn is_served_interview(&self) -> bool {
+        matches!(self, State::Interview(i) if i.served())
     }
 
     pub fn gaps_mut(&mut self) -> &mut Vec<(u64, u64)> {

@@ -47,7 +47,7 @@ pub fn is_served(stored: &[u8]) -> bool {
 /// The state as stored in a generation of `layout`, beside `document` (the one the same write stores).
 pub fn encode(state: &State, document: Option<&str>, layout: u32) -> String {
     if let (State::Interview(interview), Some(document)) = (state, document) {
-        if layout >= SERVED_FROM_LAYOUT && interview.completed && !interview.hidden && !interview.deleted {
+        if layout >= SERVED_FROM_LAYOUT && interview.served() {
             let served = Served { served: true, gaps: interview.gaps.clone() };
             let stored = serde_json::to_string(&served).expect("a served state serializes");
             debug_assert_eq!(
