@@ -1,5 +1,5 @@
-//! The read model's records as Redis holds them compressed: documents from layout 5, and transcripts as
-//! a served interview's may be stored, each a zstd frame compressed by the projector with a dictionary
+//! The read model's records as Redis holds them compressed: documents from layout 5, and a served
+//! interview's transcript from layout 6 (`crate::layout::stored_transcript`), each a zstd frame compressed by the projector with a dictionary
 //! this crate ships for its kind, and read back by both binaries. A document of a few hundred bytes
 //! compresses little on its own (to about 0.7 of its size); with a dictionary trained on documents, to
 //! about a fifth (BENCHMARKS.md, row "Redis bytes per served interview").

@@ -314,7 +314,8 @@ impl Keyspace {
     }
 
     /// The token of the organization's last transcript rewrite (any change but an append: a transcript
-    /// set, deleted, or swapped in by a repair); absent while none was. A long transcript is sent a chunk
+    /// set, deleted, swapped in by a repair, or written whole while its interview is served); absent while
+    /// none was. A long transcript is sent a chunk
     /// at a time, each chunk read only while this still holds what it held when the page was read, so a
     /// rewrite cuts the response short instead of mixing two versions. Bookkeeping.
     pub fn transcripts_rewritten(&self, org: &str) -> String {

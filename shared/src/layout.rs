@@ -17,22 +17,23 @@
 //! | 3 | owners as fields of shared hashes (`owners:<aggregate>:<bucket>`) rather than a key each (`crate::owners`) |
 //! | 4 | the healing hash holds the field `opened` from the generation's start on and never loses it: a hash without it was lost with its primary, and the generation is not served until a projector marks it again (`crate::keys::HEALING_OPENED`) |
 //! | 5 | documents (studies' and interviews') stored as zstd frames compressed with a dictionary the binaries ship (`crate::codec`) |
+//! | 6 | a served interview's transcript stored as a zstd frame (transcripts' dictionary) when it is at most [`crate::codec::LARGEST_TRANSCRIPT`] and its frame is smaller, written whole by the projector; every other transcript whole, as before |
 //!
 //! A build reads the layouts before its own: the API reads nothing that layouts 2 and 3 changed, reads
 //! the healing hash of a generation before layout 4 as before (an absent hash: nothing heals), and reads a
 //! document in either form in every layout (`crate::codec` tells them apart by their first bytes); the
 //! projector reads both forms of a state and writes a generation in the layout it has (a generation of
 //! layout 1 gets whole states, one of layout 1 or 2 owners as keys, one before layout 4 no `opened`, one
-//! before layout 5 documents whole), so a
+//! before layout 5 documents whole, one before layout 6 transcripts whole), so a
 //! release that writes a new layout is rolled out like any other and takes effect from its first rebuild on.
 
 use std::ops::RangeInclusive;
 
 /// The layout this build writes.
-pub const LAYOUT: u32 = 5;
+pub const LAYOUT: u32 = 6;
 
 /// The layouts this build reads.
-pub const READS: RangeInclusive<u32> = 1..=5;
+pub const READS: RangeInclusive<u32> = 1..=6;
 
 /// The first layout whose healing hash holds [`crate::keys::HEALING_OPENED`]: from it on, a generation
 /// whose healing hash lacks the field lost its healing state.
@@ -54,6 +55,28 @@ pub fn stored_document(json: &str, layout: u32) -> std::borrow::Cow<'_, [u8]> {
     } else {
         std::borrow::Cow::Borrowed(json.as_bytes())
     }
+}
+
+/// The first layout whose served interviews' transcripts are stored compressed ([`crate::codec`]).
+pub const COMPRESSED_TRANSCRIPTS_FROM: u32 = 6;
+
+/// Whether a generation of `layout` stores a served interview's transcript compressed (when it may be).
+pub fn compresses_transcripts(layout: u32) -> bool {
+    layout >= COMPRESSED_TRANSCRIPTS_FROM
+}
+
+/// A served interview's transcript as a generation of `layout` stores it: from layout 6, a zstd frame if
+/// the transcript is at most [`crate::codec::LARGEST_TRANSCRIPT`] and the frame is smaller; else its
+/// WebVTT. (The transcript of an interview not served is stored whole in every layout: the write script
+/// appends to it.)
+pub fn stored_transcript(webvtt: &str, layout: u32) -> std::borrow::Cow<'_, [u8]> {
+    if compresses_transcripts(layout) && webvtt.len() as u64 <= crate::codec::LARGEST_TRANSCRIPT {
+        let frame = crate::codec::compress_transcript(webvtt);
+        if frame.len() < webvtt.len() {
+            return std::borrow::Cow::Owned(frame);
+        }
+    }
+    std::borrow::Cow::Borrowed(webvtt.as_bytes())
 }
 
 /// The field of a generation's meta hash that holds its layout.
@@ -123,11 +146,12 @@ mod tests {
         assert_eq!(check(3, Some("3"), "projector"), Ok(3));
         assert_eq!(check(3, Some("4"), "projector"), Ok(4));
         assert_eq!(check(3, Some("5"), "projector"), Ok(5));
-        for found in ["6", "0", "v1", ""] {
+        assert_eq!(check(3, Some("6"), "projector"), Ok(6));
+        for found in ["7", "0", "v1", ""] {
             let refused = check(7, Some(found), "query API").expect_err(found);
             let line = refused.to_string();
             assert!(line.contains(&format!("layout version {found};")), "{line}");
-            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 5"), "{line}");
+            assert!(line.contains("generation 7") && line.contains("query API reads version 1 to 6"), "{line}");
             assert!(!line.contains('\n'), "one line");
         }
     }
@@ -157,5 +181,41 @@ mod healing_opened {
     fn only_a_generation_of_layout_four_on_keeps_the_healing_hash_opened() {
         assert!(!keeps_healing_opened(1) && !keeps_healing_opened(3));
         assert!(keeps_healing_opened(4) && keeps_healing_opened(LAYOUT));
+    }
+}
+
+#[cfg(test)]
+mod compressed_transcripts {
+    use super::*;
+    use crate::codec::{is_compressed, transcript, LARGEST_TRANSCRIPT};
+
+    fn webvtt(bytes: usize) -> String {
+        let cue = "\n00:00:01.000 --> 00:00:02.000\nI would buy it again.\n";
+        let mut out = String::from("WEBVTT\n");
+        while out.len() + cue.len() <= bytes {
+            out.push_str(cue);
+        }
+        out
+    }
+
+    #[test]
+    fn a_served_transcript_is_stored_compressed_from_layout_six_on_when_it_is_at_most_a_chunk() {
+        let short = webvtt(4_000);
+        for layout in 1..COMPRESSED_TRANSCRIPTS_FROM {
+            assert_eq!(stored_transcript(&short, layout).as_ref(), short.as_bytes(), "layout {layout}");
+        }
+        let stored = stored_transcript(&short, LAYOUT);
+        assert!(is_compressed(&stored) && stored.len() < short.len() / 4, "{} bytes", stored.len());
+        assert_eq!(transcript(&stored).unwrap(), short);
+        let at_most = webvtt(LARGEST_TRANSCRIPT as usize);
+        assert!(is_compressed(&stored_transcript(&at_most, LAYOUT)));
+        let longer = format!("{at_most}{}", webvtt(200).trim_start_matches("WEBVTT\n"));
+        assert!(longer.len() as u64 > LARGEST_TRANSCRIPT);
+        assert_eq!(stored_transcript(&longer, LAYOUT).as_ref(), longer.as_bytes(), "longer than a chunk: whole");
+    }
+
+    #[test]
+    fn a_transcript_whose_frame_is_not_smaller_is_stored_whole() {
+        assert_eq!(stored_transcript("WEBVTT\n", LAYOUT).as_ref(), b"WEBVTT\n");
     }
 }

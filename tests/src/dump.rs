@@ -1,5 +1,6 @@
 //! A canonical dump of one generation of the read model: every key, relative to its prefix and
-//! generation, with a type-specific rendering of its value (a document as its JSON, in either stored form).
+//! generation, with a type-specific rendering of its value (a document as its JSON, a transcript as its WebVTT, in
+//! either stored form).
 //! Two generations hold the same read model exactly when their dumps are equal.
 
 use std::collections::BTreeMap;
@@ -42,7 +43,9 @@ pub async fn dump(conn: &mut Connection, keys: &Keyspace) -> BTreeMap<String, St
         let values = conn.query_all(&reads).await.expect("reads");
         for ((name, kind), value) in chunk.iter().zip(&kinds).zip(values) {
             let rendered = match kind.as_str() {
-                "string" => redis::from_redis_value::<String>(value).expect("string"),
+                // Transcripts as their WebVTT, however they are stored (compressed from layout 6).
+                "string" => shared::codec::transcript_owned(redis::from_redis_value::<Vec<u8>>(value).expect("string"))
+                    .expect("a string of the read model reads"),
                 // Documents as their JSON, however they are stored (compressed from layout 5).
                 "hash" if keys.is_documents(name) => {
                     let documents =

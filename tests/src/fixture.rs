@@ -13,6 +13,7 @@ pub const ACME_OLD_KEY: &str = "acme-revoked-key-0000";
 pub const GLOBEX_KEY: &str = "globex-live-key-0001";
 
 /// Builds one aggregate's events with sequences 1, 2, 3 ...
+#[derive(Debug, Clone)]
 pub struct Aggregate {
     topic: Topic,
     org: String,

@@ -16,6 +16,12 @@ use crate::events::Outgoing;
 use crate::eventually;
 use crate::scenario::{Expected, Scenario};
 
+/// A stored transcript's WebVTT, however it is stored (a served interview's compressed from layout 6).
+pub async fn transcript(conn: &mut (impl redis::aio::ConnectionLike + Send), key: &str) -> Option<String> {
+    let stored: Option<Vec<u8>> = redis::cmd("GET").arg(key).query_async(conn).await.expect("transcript");
+    stored.map(|bytes| shared::codec::transcript_owned(bytes).expect("a transcript that reads"))
+}
+
 pub async fn read(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario, org: &str) -> Expected {
     let mut actual = Expected::default();
     let ids: Vec<String> = conn.zrevrange(keys.studies(org), 0, -1).await.expect("studies");
@@ -29,7 +35,7 @@ pub async fn read(conn: &mut Connection, keys: &Keyspace, scenario: &Scenario, o
         for id in ids {
             let doc: Option<StoredDocument> =
                 conn.hget(keys.interview_documents(org), &id).await.expect("interview doc");
-            let transcript: Option<String> = conn.get(keys.transcript(org, &id)).await.expect("transcript");
+            let transcript = transcript(conn, &keys.transcript(org, &id)).await;
             list.push((id, parse(doc), transcript));
         }
         if !list.is_empty() {

@@ -197,8 +197,15 @@ pub fn stage(
     if topic == Topic::Interview {
         let transcript = keys.transcript(org, id);
         match &folded.transcript {
-            TranscriptChange::Append(cues) => commands
-                .push(redis::cmd("SET").arg(staged(&transcript)).arg(format!("{TRANSCRIPT_HEADER}{cues}")).clone()),
+            TranscriptChange::Append(cues) => {
+                // Stored as the layout stores a served interview's (compressed from layout 6), else whole.
+                let whole = format!("{TRANSCRIPT_HEADER}{cues}");
+                let stored = match folded.state.is_served_interview() {
+                    true => shared::layout::stored_transcript(&whole, layout),
+                    false => std::borrow::Cow::Borrowed(whole.as_bytes()),
+                };
+                commands.push(redis::cmd("SET").arg(staged(&transcript)).arg(stored.as_ref()).clone())
+            }
             _ => commands.push(one("DEL", &staged(&transcript))),
         }
         live.push((transcript, matches!(folded.transcript, TranscriptChange::Append(_)) as u64));

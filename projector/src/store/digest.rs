@@ -6,7 +6,8 @@
 //! generation written partly in each form (a projector of the release before, or a generation whose meta
 //! Redis lost, writes whole states) digests like one written in either. Owners are digested a record each,
 //! as the key each was up to layout 2, whichever form holds them ([`shared::owners`]), and once when
-//! both do. A document is digested as its JSON, however it is stored (whole, or compressed from layout 5).
+//! both do. A document is digested as its JSON, however it is stored (whole, or compressed from layout 5), and
+//! a transcript as its WebVTT (whole, or compressed from layout 6).
 
 use redis::{Cmd, RedisResult};
 use sha2::{Digest as _, Sha256};
@@ -63,7 +64,7 @@ async fn compute(conn: &mut Connection, keys: &Keyspace, names: Vec<String>) -> 
             .collect::<Result<_, _>>()
             .map_err(to_redis)?;
         let mut values = read_values(conn, chunk, &kinds).await?;
-        whole_documents(keys, chunk, &kinds, &mut values);
+        whole_records(keys, chunk, &kinds, &mut values);
         whole_states(conn, keys, chunk, &mut values).await?;
         let twins = owners_also_in_fields(conn, keys, chunk).await?;
         for (((name, kind), parts), twin) in chunk.iter().zip(&kinds).zip(values).zip(twins) {
@@ -175,19 +176,30 @@ async fn read_values(conn: &mut Connection, names: &[String], kinds: &[String]) 
     Ok(values)
 }
 
-/// Replaces every document stored compressed (layout 5) by its JSON, so that documents digest alike in
-/// either form. One that does not read is digested as it is stored: unlike any document.
-fn whole_documents(keys: &Keyspace, names: &[String], kinds: &[String], values: &mut [Vec<Vec<u8>>]) {
+/// Replaces every record stored compressed by what it holds: a document (layout 5 on) by its JSON, a
+/// served interview's transcript (layout 6 on) by its WebVTT, so that records digest alike in either form.
+/// One that does not read is digested as it is stored: unlike any record.
+fn whole_records(keys: &Keyspace, names: &[String], kinds: &[String], values: &mut [Vec<Vec<u8>>]) {
     for ((name, kind), parts) in names.iter().zip(kinds).zip(values) {
-        if kind != "hash" || !keys.is_documents(name) {
-            continue;
-        }
-        for value in parts.iter_mut().skip(1).step_by(2) {
-            if shared::codec::is_compressed(value) {
-                if let Ok(json) = shared::codec::document(value) {
-                    *value = json.into_owned().into_bytes();
+        match kind.as_str() {
+            "hash" if keys.is_documents(name) => {
+                for value in parts.iter_mut().skip(1).step_by(2) {
+                    if shared::codec::is_compressed(value) {
+                        if let Ok(json) = shared::codec::document(value) {
+                            *value = json.into_owned().into_bytes();
+                        }
+                    }
                 }
             }
+            // The only strings stored compressed are transcripts.
+            "string" => {
+                if let Some(value) = parts.first_mut().filter(|v| shared::codec::is_compressed(v)) {
+                    if let Ok(webvtt) = shared::codec::transcript(value) {
+                        *value = webvtt.into_owned().into_bytes();
+                    }
+                }
+            }
+            _ => {}
         }
     }
 }

@@ -3,7 +3,8 @@
 //! crash sees half an event. Also connecting to Redis (`connect`) and a generation's digest.
 //!
 //! Per batch: (1) record each aggregate's organization (the first one wins, [`owners`]) and read its
-//! state (`states`); (2) fold the events in memory ([`crate::fold`]); (3) write each aggregate with the script
+//! state (`states`); (2) fold the events in memory ([`crate::fold`]), and read back the transcripts written
+//! whole (`whole`: a served interview's, from layout 6); (3) write each aggregate with the script
 //! ([`write`]), which checks the stored sequence is still the one the fold started from. A mismatch
 //! (another instance applied events meanwhile, e.g. during a rebalance) re-reads and re-folds that
 //! aggregate. A fold with a gap is written only once the [`Guard`] ([`guard`]) says Redis lost nothing.
@@ -22,6 +23,7 @@ pub mod owners;
 pub mod position;
 mod repaired;
 mod states;
+mod whole;
 mod write;
 
 use std::collections::HashSet;
@@ -286,10 +288,10 @@ impl Store {
         late: &mut Vec<late::Late<'a>>,
         guard: &mut impl Guard,
     ) -> Result<(Vec<Pending<'a>>, bool), StoreError> {
-        let mut commands = Vec::new();
-        let mut written = Vec::new();
+        let mut folds = Vec::with_capacity(pending.len());
         for p in pending {
             let (sequence, state) = p.loaded.clone().expect("loaded before writing");
+            let served_before = state.is_served_interview();
             let (folded, verdicts) = fold(p.group.aggregate_id, sequence, state, &p.events);
             // Nothing to write when every event is a duplicate or late (which is remembered all the same).
             if verdicts.iter().all(|v| matches!(v, Verdict::Duplicate | Verdict::Late)) {
@@ -297,6 +299,14 @@ impl Store {
                 late.extend(late::Late::of(p.group.topic, p.group.aggregate_id, p.org, &p.events, &verdicts));
                 continue;
             }
+            folds.push((p, sequence, served_before, folded, verdicts));
+        }
+        let whole: Vec<_> =
+            folds.iter().map(|(p, _, before, folded, _)| (p.org, p.group.aggregate_id, *before, folded)).collect();
+        let replacements = self.replacements(&whole, layout).await?;
+        let mut commands = Vec::with_capacity(folds.len());
+        let mut written = Vec::with_capacity(folds.len());
+        for ((p, sequence, _, folded, verdicts), replacement) in folds.into_iter().zip(replacements) {
             let epoch = match p.group.topic {
                 Topic::ApiKey => self.keys.api_key_epoch(),
                 _ => self.keys.org_epoch(p.org),
@@ -311,6 +321,7 @@ impl Store {
                 repair: None,
                 layout,
                 as_of_micros: p.events.iter().map(|e| e.envelope.occurred_at.timestamp_micros()).max().unwrap_or(0),
+                replacement: replacement.as_ref(),
             };
             commands.push(self.write.invocation(&self.keys, &write));
             let sets_epoch = write.sets_epoch();

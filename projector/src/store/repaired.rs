@@ -50,6 +50,7 @@ impl Store {
             // What the organization is as of stays what its epoch says (the swap keeps it).
             as_of_micros: 0,
             layout,
+            replacement: None,
         };
         let command = self.write.invocation(&self.keys, &write);
         let reply = self.query(&[command]).await?.pop().expect("one reply");

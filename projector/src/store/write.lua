@@ -15,7 +15,8 @@
 -- ARGV[5] document op: set | delete | none   ARGV[6] document json
 -- ARGV[7] index op: none | add | remove | key-live | key-revoked
 -- ARGV[8] score (add) or organization (key-live)
--- ARGV[9] transcript op: keep | append | set | delete   ARGV[10] cues to append (or, for set, every cue)
+-- ARGV[9] transcript op: keep | append | set | replace | delete   ARGV[10] cues to append (or, for set,
+-- every cue; for replace, the transcript as stored, which the projector wrote whole: compressed from layout 6)
 -- ARGV[11] transcript header
 -- ARGV[12] a token never used before: the new epoch of the key index (for an API key) or of the
 -- organization (API instances that keep keys or reads in memory drop them when the epoch changes)
@@ -35,6 +36,9 @@
 -- (KEYS[5] holds another token), nothing is written and the reply is HELD (the live path waits: the repair
 -- is swapping in a state that includes every event published until it took the hold).
 -- ARGV[15] the latest occurredAt of the events written, in microseconds since the Unix epoch ('0': none).
+-- ARGV[16] '1' when a replace rewrites the transcript of an interview that was served before the write, so
+-- that the organization's rewrite token is written anew (a long transcript being sent stops); '0' when the
+-- interview enters its list (nobody reads the transcript of an interview not served).
 -- An organization's epoch is `<token>:<microseconds>`, the latest occurredAt applied to the organization
 -- so far (never going back): what the API says its answers are as of.
 local held = redis.call('GET', KEYS[5])
@@ -102,7 +106,7 @@ if redis.acl_check_cmd then
   end
   if ARGV[9] == 'append' then
     allowed = allowed and may('SET', KEYS[4], 'x') and may('APPEND', KEYS[4], 'x')
-  elseif ARGV[9] == 'set' then
+  elseif ARGV[9] == 'set' or ARGV[9] == 'replace' then
     allowed = allowed and may('SET', KEYS[4], 'x')
   elseif ARGV[9] == 'delete' then
     allowed = allowed and may('DEL', KEYS[4])
@@ -160,6 +164,8 @@ if ARGV[9] == 'append' then
   end
 elseif ARGV[9] == 'set' then
   redis.call('SET', KEYS[4], ARGV[11] .. ARGV[10])
+elseif ARGV[9] == 'replace' then
+  redis.call('SET', KEYS[4], ARGV[10])
 elseif ARGV[9] == 'delete' then
   redis.call('DEL', KEYS[4])
 end
@@ -171,7 +177,8 @@ if entered and KEYS[4] ~= KEYS[1] and (ARGV[9] == 'keep' or ARGV[9] == 'append')
     redis.call('SET', KEYS[4], transcript, 'KEEPTTL')
   end
 end
-if (ARGV[9] == 'set' or ARGV[9] == 'delete') and KEYS[7] and not key_op then
+local rewrite = ARGV[9] == 'set' or ARGV[9] == 'delete' or (ARGV[9] == 'replace' and ARGV[16] == '1')
+if rewrite and KEYS[7] and not key_op then
   redis.call('SET', KEYS[7], ARGV[12])
 end
 if not key_op and KEYS[6] then

@@ -42,6 +42,18 @@ pub struct Write<'a> {
     pub as_of_micros: i64,
     /// The generation's layout, which decides how the state is stored ([`crate::fold::stored`]).
     pub layout: u32,
+    /// The transcript written whole in place of the stored one (layout 6 on, see [`super::whole`]):
+    /// `None` appends the fold's cues, or keeps or deletes the transcript, as the fold says.
+    pub replacement: Option<&'a Replacement>,
+}
+
+/// A transcript written whole, as it is stored ([`shared::layout::stored_transcript`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replacement {
+    pub stored: Vec<u8>,
+    /// The interview was served before the write: the organization's rewrite token is written anew, so
+    /// that a long transcript being sent stops rather than mixing two versions.
+    pub rewrite: bool,
 }
 
 impl Write<'_> {
@@ -105,15 +117,25 @@ impl WriteScript {
             (_, Topic::Study) => vec![keys.org_epoch(org)],
             (_, Topic::Interview) => vec![keys.org_epoch(org), keys.transcripts_rewritten(org)],
         };
-        let (transcript_op, cues) = match (&folded.transcript, w.repair.is_some()) {
-            (TranscriptChange::Keep, false) => ("keep", ""),
-            (TranscriptChange::Append(cues), false) => ("append", cues.as_str()),
-            (TranscriptChange::Append(cues), true) => ("set", cues.as_str()),
-            // Folded from scratch, an interview without cues has no transcript.
-            (TranscriptChange::Keep, true) if topic == Topic::Interview => ("delete", ""),
-            (TranscriptChange::Keep, true) => ("keep", ""),
-            (TranscriptChange::Delete, _) => ("delete", ""),
+        // Folded from scratch, a served interview's transcript is stored as its layout stores one.
+        let repaired = match (&folded.transcript, w.repair) {
+            (TranscriptChange::Append(cues), Some(_)) if folded.state.is_served_interview() => {
+                Some(shared::layout::stored_transcript(&format!("{TRANSCRIPT_HEADER}{cues}"), w.layout).into_owned())
+            }
+            _ => None,
         };
+        let (transcript_op, cues, rewrite): (_, &[u8], _) =
+            match (&folded.transcript, w.repair.is_some(), w.replacement, &repaired) {
+                (TranscriptChange::Delete, _, _, _) => ("delete", b"", false),
+                (_, _, Some(whole), _) => ("replace", &whole.stored, whole.rewrite),
+                (_, true, None, Some(stored)) => ("replace", stored, true),
+                (TranscriptChange::Keep, false, None, _) => ("keep", b"", false),
+                (TranscriptChange::Append(cues), false, None, _) => ("append", cues.as_bytes(), false),
+                (TranscriptChange::Append(cues), true, None, _) => ("set", cues.as_bytes(), false),
+                // Folded from scratch, an interview without cues has no transcript.
+                (TranscriptChange::Keep, true, None, _) if topic == Topic::Interview => ("delete", b"", false),
+                (TranscriptChange::Keep, true, None, _) => ("keep", b"", false),
+            };
         let state = stored::encode(&folded.state, folded.document.as_deref(), w.layout);
         let mut invocation = redis::cmd("EVALSHA");
         invocation
@@ -149,7 +171,8 @@ impl WriteScript {
             .arg(uuid::Uuid::new_v4().simple().to_string())
             .arg(if w.epoch_written { "1" } else { "0" })
             .arg(w.repair.unwrap_or(""))
-            .arg(w.as_of_micros.max(0));
+            .arg(w.as_of_micros.max(0))
+            .arg(if rewrite { "1" } else { "0" });
         invocation
     }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use end_to_end::api::World;
 use end_to_end::fixture::{self, interview, ACME, ACME_KEY};
-use end_to_end::{redis, runner};
+use end_to_end::{read_model, redis, runner};
 use redis::AsyncCommands;
 use serde_json::{json, Value};
 use shared::Keyspace;
@@ -69,7 +69,7 @@ async fn a_transcript_is_one_string_appended_to_and_served_whole() {
     let mut conn = redis().await;
     let kind: String = redis::cmd("TYPE").arg(keys.transcript(ACME, "long")).query_async(&mut conn).await.unwrap();
     assert_eq!(kind, "string", "one string key per interview");
-    let stored: String = conn.get(keys.transcript(ACME, "long")).await.unwrap();
+    let stored = read_model::transcript(&mut conn, &keys.transcript(ACME, "long")).await.unwrap();
     assert_eq!(stored, webvtt(0..90), "the header once, then every cue in order");
     let old_hash = format!("{}:g1:{{{ACME}}}:transcripts", world.prefix);
     assert!(!conn.exists::<_, bool>(&old_hash).await.unwrap(), "no per-organization transcript hash");

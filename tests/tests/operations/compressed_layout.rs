@@ -1,7 +1,8 @@
-//! Layout 5 stores documents compressed (`shared::codec`). A read model of layout 4 (every document whole,
-//! as the release before wrote it) is served as it is by this build and projected in its own layout by
-//! this projector; a rebuild moves it to layout 5 while clients read it, and no answer changes. A
-//! document compressed with a dictionary this build lacks is refused by name, never served.
+//! Layout 5 stores documents compressed, layout 6 served interviews' transcripts too (`shared::codec`). A
+//! read model of layout 4 (every document whole) or of layout 5 (every transcript whole), as the releases
+//! before wrote them, is served as it is by this build and projected in its own layout by this projector;
+//! a rebuild moves it to this build's layout while clients read it, and no answer changes. A document
+//! compressed with a dictionary this build lacks is refused by name, never served.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use end_to_end::fixture::{ACME, ACME_KEY};
 use end_to_end::kafka::{self, Topics};
 use end_to_end::scenario::Scenario;
 use end_to_end::{env, eventually, fixture, redis, runner, unique};
-use serde_json::Value;
+use serde_json::{json, Value};
 use shared::codec::StoredDocument;
 use shared::Keyspace;
 
@@ -36,22 +37,50 @@ async fn forms(keys: &Keyspace, org: &str) -> (usize, usize) {
     (whole, compressed)
 }
 
-/// Turns generation `keys` into what the release before wrote: layout 4 in its meta and beside its
-/// positions, every document of `org` stored whole.
-async fn as_layout_four(keys: &Keyspace, org: &str) {
+/// How many of an organization's served interviews' transcripts are stored whole and how many compressed.
+async fn transcript_forms(keys: &Keyspace, org: &str) -> (usize, usize) {
     let mut conn = redis().await;
-    for hash in [keys.study_documents(org), keys.interview_documents(org)] {
-        let fields: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL").arg(&hash).query_async(&mut conn).await.unwrap();
-        for (id, value) in fields {
-            let json = shared::codec::document(&value).expect("a document this build wrote").into_owned();
-            let _: () = redis::cmd("HSET").arg(&hash).arg(id).arg(json).query_async(&mut conn).await.unwrap();
+    let (mut whole, mut compressed) = (0, 0);
+    for list in conn.scan(&keys.interviews(org, "*")).await.unwrap() {
+        let ids: Vec<String> = redis::cmd("ZRANGE").arg(&list).arg(0).arg(-1).query_async(&mut conn).await.unwrap();
+        for id in ids {
+            let stored: Option<Vec<u8>> =
+                redis::cmd("GET").arg(keys.transcript(org, &id)).query_async(&mut conn).await.unwrap();
+            match stored {
+                Some(value) if shared::codec::is_compressed(&value) => compressed += 1,
+                Some(_) => whole += 1,
+                None => {}
+            }
         }
     }
-    let _: () = redis::cmd("HSET").arg(keys.meta()).arg("layout").arg("4").query_async(&mut conn).await.unwrap();
+    (whole, compressed)
+}
+
+/// Turns generation `keys` into what a release before wrote: `layout` in its meta and beside its
+/// positions, `org`'s documents stored whole before layout 5, its transcripts whole before layout 6.
+async fn as_layout(keys: &Keyspace, org: &str, layout: u32) {
+    let mut conn = redis().await;
+    if layout < 5 {
+        for hash in [keys.study_documents(org), keys.interview_documents(org)] {
+            let fields: Vec<(String, Vec<u8>)> = redis::cmd("HGETALL").arg(&hash).query_async(&mut conn).await.unwrap();
+            for (id, value) in fields {
+                let json = shared::codec::document(&value).expect("a document this build wrote").into_owned();
+                let _: () = redis::cmd("HSET").arg(&hash).arg(id).arg(json).query_async(&mut conn).await.unwrap();
+            }
+        }
+    }
+    if layout < 6 {
+        for key in conn.scan(&keys.transcript(org, "*")).await.unwrap() {
+            let value: Vec<u8> = redis::cmd("GET").arg(&key).query_async(&mut conn).await.unwrap();
+            let webvtt = shared::codec::transcript(&value).expect("a transcript this build wrote").into_owned();
+            let _: () = redis::cmd("SET").arg(&key).arg(webvtt).query_async(&mut conn).await.unwrap();
+        }
+    }
+    let _: () = redis::cmd("HSET").arg(keys.meta()).arg("layout").arg(layout).query_async(&mut conn).await.unwrap();
     let positions = conn.scan(&keys.position("*")).await.unwrap();
     assert!(!positions.is_empty());
     for hash in positions {
-        let _: () = redis::cmd("HSET").arg(&hash).arg("layout").arg("4").query_async(&mut conn).await.unwrap();
+        let _: () = redis::cmd("HSET").arg(&hash).arg("layout").arg(layout).query_async(&mut conn).await.unwrap();
     }
 }
 
@@ -91,8 +120,47 @@ fn same(now: &[(String, Value)], before: &[(String, Value)], when: &str) {
     }
 }
 
+/// Rebuilds the read model into a new generation of this build's layout while clients read every answer,
+/// each the same as `before`, until the API serves the new generation; returns its keys.
+async fn rebuild_while_reading(
+    app: &Arc<TestApp>,
+    topics: &Topics,
+    prefix: &str,
+    group: &str,
+    before: &[(String, Value)],
+) -> Keyspace {
+    let stop = Arc::new(AtomicBool::new(false));
+    let reader = {
+        let (app, stop, before) = (app.clone(), stop.clone(), before.to_vec());
+        tokio::spawn(async move {
+            let mut reads = 0;
+            while !stop.load(Ordering::Relaxed) {
+                same(&answers(&app).await, &before, "during the rebuild");
+                reads += 1;
+            }
+            reads
+        })
+    };
+    let rebuilt = runner::rebuild(runner::config(topics, prefix, group)).await.expect("the rebuild succeeds");
+    assert_eq!(rebuilt, Some(2));
+    let next = Keyspace::new(prefix.to_string(), 2);
+    let layout: Option<String> =
+        redis::cmd("HGET").arg(next.meta()).arg("layout").query_async(&mut redis().await).await.unwrap();
+    assert_eq!(layout, Some(shared::layout::LAYOUT.to_string()));
+    eventually(Duration::from_secs(5), "the API to follow the switch", || async {
+        let ready: Value = app.admin_get("/readyz").await.json().await.unwrap();
+        (ready["generation"] == 2).then_some(())
+    })
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let reads = reader.await.expect("every answer stayed the same");
+    assert!(reads > 0);
+    same(&answers(app).await, before, "this layout answers as the one before did");
+    next
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_read_model_of_layout_four_is_served_as_it_is_and_rebuilt_into_layout_five_with_no_answer_changing() {
+async fn a_read_model_of_layout_four_is_served_as_it_is_and_rebuilt_into_this_layout_with_no_answer_changing() {
     let scenario = Scenario::generate(0x5eed_0050, 1, 6, 4);
     let org = scenario.organizations()[0].clone();
     let mut messages = scenario.messages.clone();
@@ -105,7 +173,7 @@ async fn a_read_model_of_layout_four_is_served_as_it_is_and_rebuilt_into_layout_
     let keys = Keyspace::new(prefix.clone(), 1);
     let (whole, compressed) = forms(&keys, &org).await;
     assert!(whole == 0 && compressed > 0, "layout 5 stores documents compressed: {whole} whole, {compressed}");
-    as_layout_four(&keys, &org).await;
+    as_layout(&keys, &org, 4).await;
 
     // This build serves layout 4 and projects it in its own layout: a new study's document whole.
     let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
@@ -118,35 +186,51 @@ async fn a_read_model_of_layout_four_is_served_as_it_is_and_rebuilt_into_layout_
     let before = answers(&app).await;
     assert!(before.len() > 10, "studies, interviews and each interview: {}", before.len());
 
-    // Clients read every answer while a rebuild moves the read model to layout 5.
-    let stop = Arc::new(AtomicBool::new(false));
-    let reader = {
-        let (app, stop, before) = (app.clone(), stop.clone(), before.clone());
-        tokio::spawn(async move {
-            let mut reads = 0;
-            while !stop.load(Ordering::Relaxed) {
-                same(&answers(&app).await, &before, "during the rebuild");
-                reads += 1;
-            }
-            reads
-        })
-    };
-    let rebuilt = runner::rebuild(runner::config(&topics, &prefix, &group)).await.expect("the rebuild succeeds");
-    assert_eq!(rebuilt, Some(2));
-    let next = Keyspace::new(prefix.clone(), 2);
-    let layout: Option<String> =
-        redis::cmd("HGET").arg(next.meta()).arg("layout").query_async(&mut redis().await).await.unwrap();
-    assert_eq!(layout.as_deref(), Some("5"));
+    let next = rebuild_while_reading(&app, &topics, &prefix, &group, &before).await;
     assert_eq!(forms(&next, &org).await, (0, compressed + 1), "the rebuilt generation's documents compressed");
-    eventually(Duration::from_secs(5), "the API to follow the switch", || async {
-        let ready: Value = app.admin_get("/readyz").await.json().await.unwrap();
-        (ready["generation"] == 2).then_some(())
-    })
-    .await;
-    stop.store(true, Ordering::Relaxed);
-    let reads = reader.await.expect("every answer stayed the same");
-    assert!(reads > 0);
-    same(&answers(&app).await, &before, "layout 5 answers as layout 4 did");
+    assert_eq!(
+        runner::digest(&next).await,
+        runner::digest(&runner::build_from_scratch(&topics, published).await).await
+    );
+    live.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_read_model_of_layout_five_is_served_as_it_is_and_rebuilt_with_its_transcripts_compressed() {
+    let scenario = Scenario::generate(0x5eed_0060, 1, 6, 4);
+    let org = scenario.organizations()[0].clone();
+    let mut messages = scenario.messages.clone();
+    messages.extend(fixture::key(&org, "layout-key", SECRET).messages);
+    let topics = Topics::holding(&messages).await;
+    let mut published = messages.len() as u64;
+    let first = runner::spawn_caught_up(&topics, published, WAIT).await;
+    let (prefix, group) = (first.prefix().to_string(), first.group().to_string());
+    first.stop().await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    let (whole, compressed) = transcript_forms(&keys, &org).await;
+    assert!(whole == 0 && compressed > 0, "served transcripts compressed: {whole} whole, {compressed}");
+    as_layout(&keys, &org, 5).await;
+    assert_eq!(transcript_forms(&keys, &org).await, (compressed, 0));
+
+    // This build serves layout 5 and projects it in its own layout: a new interview's transcript whole.
+    let live = runner::spawn(runner::config(&topics, &prefix, &group)).await;
+    let app = Arc::new(spawn_app(api::config(&prefix, &env("REDIS_URL"))).await);
+    let mut late = fixture::completed_study(&org, "zz-late", "2027-01-01T00:00:00Z").messages;
+    let said = fixture::interview(&org, "zz-talk", "zz-late", "2026-12-31T10:00:00Z").then(
+        "interview.message_recorded",
+        "2026-12-31T10:01:00Z",
+        json!({"messageId": "m1", "role": "participant", "text": "Said in layout 5", "startSeconds": 1}),
+    );
+    late.extend(fixture::completed(said).messages);
+    kafka::publish(&kafka::producer(), &topics, &late).await;
+    published += late.len() as u64;
+    live.wait_until_consumed(late.len() as u64, WAIT).await;
+    assert_eq!(transcript_forms(&keys, &org).await, (compressed + 1, 0), "layout 5 gets whole transcripts");
+    let before = answers(&app).await;
+    assert!(before.iter().any(|(_, body)| body.to_string().contains("Said in layout 5")));
+
+    let next = rebuild_while_reading(&app, &topics, &prefix, &group, &before).await;
+    assert_eq!(transcript_forms(&next, &org).await, (0, compressed + 1), "the rebuilt generation's compressed");
     assert_eq!(
         runner::digest(&next).await,
         runner::digest(&runner::build_from_scratch(&topics, published).await).await

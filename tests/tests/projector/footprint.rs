@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use end_to_end::events::event;
 use end_to_end::kafka::{self, Topics};
-use end_to_end::{fixture, redis, runner, unique};
+use end_to_end::{fixture, read_model, redis, runner, unique};
 use redis::AsyncCommands;
 use serde_json::json;
 use shared::codec::StoredDocument;
@@ -69,7 +69,7 @@ async fn a_transcript_appended_message_by_message_is_kept_at_its_exact_size_once
     let (mut length, mut used, mut names) = (0, 0, 0);
     for id in &ids {
         let key = keys.transcript(&org, id);
-        let stored: String = conn.get(&key).await.unwrap();
+        let stored = read_model::transcript(&mut conn, &key).await.unwrap();
         assert_eq!(stored.matches("-->").count(), MESSAGES as usize, "every message is kept");
         length += stored.len() as u64;
         used += memory_usage(&mut conn, &key).await;

@@ -1,5 +1,6 @@
 //! The projection of events into the read model, and the projector's own commands (rebuild, repair).
 
+mod compressed_transcripts;
 mod counting;
 mod crash_recovery;
 mod event_schemas;

@@ -12,7 +12,7 @@ use end_to_end::events::{event, Outgoing};
 use end_to_end::fixture;
 use end_to_end::kafka::{self, Topics};
 use end_to_end::scenario::Scenario;
-use end_to_end::{env, eventually, redis, runner, unique};
+use end_to_end::{env, eventually, read_model, redis, runner, unique};
 use projector::RepairTarget;
 use redis::AsyncCommands;
 use serde_json::{json, Value};
@@ -391,7 +391,7 @@ async fn a_fixed_dead_letter_replayed_after_its_aggregate_moved_on_repairs_it_to
         runner::organization_digest(&scratch, &org).await,
         "the interview holds the fixed message in its place, as a build with the fix does"
     );
-    let transcript: String = redis().await.get(keys.transcript(&org, "iv-1")).await.unwrap();
+    let transcript = read_model::transcript(&mut redis().await, &keys.transcript(&org, "iv-1")).await.unwrap();
     assert!(transcript.find("the fixed message").unwrap() < transcript.find("fourth").unwrap(), "{transcript}");
     live.stop().await;
 }
