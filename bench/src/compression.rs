@@ -122,7 +122,9 @@ pub async fn measure(conn: &mut MultiplexedConnection, served: &[Served]) -> Res
         }
         let values: Vec<Option<Vec<u8>>> = pipe.query_async(conn).await?;
         for pair in values.chunks(2) {
-            transcripts.push(pair[0].clone().unwrap_or_default());
+            // Each codec is measured on the transcript's WebVTT, however the read model stores it.
+            let transcript = pair[0].clone().unwrap_or_default();
+            transcripts.push(shared::codec::transcript_owned(transcript)?.into_bytes());
             // Each codec is measured on the document's JSON, however the read model stores it.
             let document = pair[1].clone().unwrap_or_default();
             documents.push(shared::codec::document_owned(document)?.into_bytes());

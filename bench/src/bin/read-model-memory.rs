@@ -104,21 +104,25 @@ async fn main() -> Result<()> {
                 let served: Vec<String> = conn.zrange(key, 0, -1).await?;
                 interviews += served.len() as u64;
                 let base = key.rsplit_once("}:").map_or(key.as_str(), |(base, _)| base);
-                // One round trip per study.
-                let mut lengths = redis::pipe();
+                // One round trip per study; as served: a transcript stored compressed (layout 6) counts
+                // its WebVTT's bytes.
+                let mut reads = redis::pipe();
                 for id in served {
-                    lengths.strlen(format!("{base}}}:transcript:{id}"));
+                    reads.get(format!("{base}}}:transcript:{id}"));
                     served_list.push(Served { base: format!("{base}}}"), id });
                 }
-                let lengths: Vec<u64> = lengths.query_async(&mut conn).await?;
-                served_transcript_bytes += lengths.iter().sum::<u64>();
+                let stored: Vec<Option<Vec<u8>>> = reads.query_async(&mut conn).await?;
+                for transcript in stored.into_iter().flatten() {
+                    served_transcript_bytes += shared::codec::transcript(&transcript)?.len() as u64;
+                }
             } else if tail == ":interview-docs" {
                 // As served: a document stored compressed (layout 5) counts its JSON's bytes.
                 let documents: Vec<StoredDocument> = conn.hvals(key).await?;
                 document_bytes += documents.iter().map(|d| d.0.len() as u64).sum::<u64>();
             } else if tail.starts_with(":transcript:") {
                 transcripts += 1;
-                transcript_bytes += conn.strlen::<_, u64>(key).await?;
+                let stored: Vec<u8> = conn.get(key).await?;
+                transcript_bytes += shared::codec::transcript(&stored)?.len() as u64;
             }
         }
     }
