@@ -84,6 +84,30 @@ async fn as_layout(keys: &Keyspace, org: &str, layout: u32) {
     }
 }
 
+/// One organization of scenario `seed` with an API key, projected by this build, its projector stopped.
+struct Projected {
+    org: String,
+    topics: Topics,
+    published: u64,
+    prefix: String,
+    group: String,
+    keys: Keyspace,
+}
+
+async fn projected(seed: u64) -> Projected {
+    let scenario = Scenario::generate(seed, 1, 6, 4);
+    let org = scenario.organizations()[0].clone();
+    let mut messages = scenario.messages.clone();
+    messages.extend(fixture::key(&org, "layout-key", SECRET).messages);
+    let topics = Topics::holding(&messages).await;
+    let published = messages.len() as u64;
+    let first = runner::spawn_caught_up(&topics, published, WAIT).await;
+    let (prefix, group) = (first.prefix().to_string(), first.group().to_string());
+    first.stop().await;
+    let keys = Keyspace::new(prefix.clone(), 1);
+    Projected { org, topics, published, prefix, group, keys }
+}
+
 /// Every answer about the organization: its studies, each one's interviews, and each interview alone;
 /// the video links (signed anew by every request) as whether there is one.
 async fn answers(app: &TestApp) -> Vec<(String, Value)> {
@@ -161,16 +185,7 @@ async fn rebuild_while_reading(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_model_of_layout_four_is_served_as_it_is_and_rebuilt_into_this_layout_with_no_answer_changing() {
-    let scenario = Scenario::generate(0x5eed_0050, 1, 6, 4);
-    let org = scenario.organizations()[0].clone();
-    let mut messages = scenario.messages.clone();
-    messages.extend(fixture::key(&org, "layout-key", SECRET).messages);
-    let topics = Topics::holding(&messages).await;
-    let mut published = messages.len() as u64;
-    let first = runner::spawn_caught_up(&topics, published, WAIT).await;
-    let (prefix, group) = (first.prefix().to_string(), first.group().to_string());
-    first.stop().await;
-    let keys = Keyspace::new(prefix.clone(), 1);
+    let Projected { org, topics, mut published, prefix, group, keys } = projected(0x5eed_0050).await;
     let (whole, compressed) = forms(&keys, &org).await;
     assert!(whole == 0 && compressed > 0, "layout 5 stores documents compressed: {whole} whole, {compressed}");
     as_layout(&keys, &org, 4).await;
@@ -197,16 +212,7 @@ async fn a_read_model_of_layout_four_is_served_as_it_is_and_rebuilt_into_this_la
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_read_model_of_layout_five_is_served_as_it_is_and_rebuilt_with_its_transcripts_compressed() {
-    let scenario = Scenario::generate(0x5eed_0060, 1, 6, 4);
-    let org = scenario.organizations()[0].clone();
-    let mut messages = scenario.messages.clone();
-    messages.extend(fixture::key(&org, "layout-key", SECRET).messages);
-    let topics = Topics::holding(&messages).await;
-    let mut published = messages.len() as u64;
-    let first = runner::spawn_caught_up(&topics, published, WAIT).await;
-    let (prefix, group) = (first.prefix().to_string(), first.group().to_string());
-    first.stop().await;
-    let keys = Keyspace::new(prefix.clone(), 1);
+    let Projected { org, topics, mut published, prefix, group, keys } = projected(0x5eed_0060).await;
     let (whole, compressed) = transcript_forms(&keys, &org).await;
     assert!(whole == 0 && compressed > 0, "served transcripts compressed: {whole} whole, {compressed}");
     as_layout(&keys, &org, 5).await;
