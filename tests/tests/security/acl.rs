@@ -3,7 +3,8 @@
 //! user, not even through a script; the projector's operator commands (`generations --delete` among them)
 //! run as its user; a projector whose
 //! user may not run `INFO` projects and heals all the same and says so once; a write its user may not
-//! finish writes nothing and waits; and the file loads as an `aclfile`.
+//! finish writes nothing and waits, as does one that may not read a transcript back; and the file loads
+//! as an `aclfile`.
 
 use std::process::Command;
 use std::time::Duration;
@@ -326,5 +327,45 @@ async fn a_write_the_projectors_user_may_not_finish_writes_nothing_and_is_applie
     assert_eq!((snapshot.applied, snapshot.duplicates, snapshot.dead_lettered), (60, 0, 0), "{snapshot:?}");
     let listed: u64 = redis::cmd("ZCARD").arg(keys.studies(org)).query_async(&mut conn).await.unwrap();
     assert_eq!(listed, 20, "every completed study listed");
+    running.stop().await;
+}
+
+/// A projector whose user may not `GETRANGE` (an ACL of the release before layout 6) cannot read back the
+/// transcript of an interview entering its list: it writes nothing of it and retries, no event set aside,
+/// until the user may; then the interview is served with its transcript compressed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_whose_user_may_not_read_a_transcript_back_waits_and_serves_it_once_allowed() {
+    let own = end_to_end::own_redis::OwnRedis::start();
+    own.cli(&["ACL", "SETUSER", "old-acl", "on", ">old-acl-0123456789", "~*", "&*", "+@all", "-getrange"]);
+    let (org, at) = ("org", "2026-05-01T10:00:00Z");
+    let said = json!({"messageId": "m1", "role": "participant", "text": "It was fine", "startSeconds": 1});
+    let messages = vec![
+        event(Topic::Interview, org, "i1", 1, "interview.started", at, json!({"studyId": "s1"})),
+        event(Topic::Interview, org, "i1", 2, "interview.message_recorded", at, said),
+        event(Topic::Interview, org, "i1", 3, "interview.completed", at, json!({})),
+    ];
+    let topics = Topics::holding(&messages).await;
+    let prefix = unique("old-acl");
+    let mut config = runner::config(&topics, &prefix, &unique("g"));
+    config.redis.url = format!("redis://old-acl:old-acl-0123456789@127.0.0.1:{}", own.port()).into();
+    config.redis.cluster = false;
+    let running = runner::spawn(config).await;
+    eventually(Duration::from_secs(60), "the batch to be retried", || async {
+        (running.snapshot().retries >= 3).then_some(())
+    })
+    .await;
+    let mut conn = redis::Client::open(own.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let keys = Keyspace::new(prefix, 1);
+    let listed: u64 = redis::cmd("ZCARD").arg(keys.interviews(org, "s1")).query_async(&mut conn).await.unwrap();
+    assert_eq!((listed, running.consumed(), running.snapshot().dead_lettered), (0, 0, 0), "nothing yet");
+
+    own.cli(&["ACL", "SETUSER", "old-acl", "+getrange"]);
+    running.wait_until_consumed(messages.len() as u64, Duration::from_secs(60)).await;
+    let listed: u64 = redis::cmd("ZCARD").arg(keys.interviews(org, "s1")).query_async(&mut conn).await.unwrap();
+    let stored: Vec<u8> = redis::cmd("GET").arg(keys.transcript(org, "i1")).query_async(&mut conn).await.unwrap();
+    assert_eq!(listed, 1);
+    assert!(shared::codec::is_compressed(&stored), "served: compressed");
+    assert!(shared::codec::transcript(&stored).unwrap().ends_with("It was fine\n"));
+    assert_eq!(running.snapshot().dead_lettered, 0, "no event is at fault");
     running.stop().await;
 }
