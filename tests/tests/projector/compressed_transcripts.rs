@@ -62,6 +62,13 @@ async fn stored(world: &World, id: &str) -> (bool, String) {
     (compressed, read_model::transcript(&mut redis().await, &key).await.expect("a transcript"))
 }
 
+/// The organization's rewrite token (`Keyspace::transcripts_rewritten`): a long transcript being sent a
+/// chunk at a time stops when it changes.
+async fn rewritten(world: &World) -> Option<String> {
+    let key = Keyspace::new(world.prefix.clone(), 1).transcripts_rewritten(ACME);
+    redis::cmd("GET").arg(&key).query_async(&mut redis().await).await.unwrap()
+}
+
 /// What the interview's route serves as its transcript.
 async fn served(world: &World, id: &str) -> Option<String> {
     let (status, one) = world.app.json(&format!("/v1/interviews/{id}"), ACME_KEY).await;
@@ -80,14 +87,18 @@ async fn a_served_transcript_is_stored_compressed_and_written_whole_by_every_cha
     assert_eq!(stored(&world, "i_talk").await, (false, webvtt(&talk.texts)), "not served: whole, appended to");
 
     talk.then("interview.completed");
+    let token = rewritten(&world).await;
     talk.publish(&mut world).await;
     assert_eq!(stored(&world, "i_talk").await, (true, webvtt(&talk.texts)), "served: compressed");
     assert_eq!(served(&world, "i_talk").await, Some(webvtt(&talk.texts)));
+    assert_eq!(rewritten(&world).await, token, "entering its list rewrites nothing anybody reads");
 
     talk.say("A word after the end & <more>".into());
     talk.publish(&mut world).await;
     let escaped = webvtt(&talk.texts).replace("& <more>", "&amp; &lt;more&gt;");
     assert_eq!(stored(&world, "i_talk").await, (true, escaped.clone()), "a message after completion: rewritten");
+    let after_message = rewritten(&world).await;
+    assert!(after_message.is_some() && after_message != token, "a served transcript rewritten: a new token");
     assert_eq!(served(&world, "i_talk").await, Some(escaped.clone()));
 
     talk.then("interview.hidden");
@@ -96,6 +107,7 @@ async fn a_served_transcript_is_stored_compressed_and_written_whole_by_every_cha
     let hidden = format!("{escaped}\n00:00:06.000 --> 00:00:06.500\nSaid while hidden\n");
     assert_eq!(stored(&world, "i_talk").await, (false, hidden.clone()), "hidden: whole again, appended to");
     assert_eq!(served(&world, "i_talk").await, None, "hidden: not served");
+    assert_ne!(rewritten(&world).await, after_message, "leaving its list rewrites it: a new token");
 
     talk.then("interview.unhidden");
     talk.publish(&mut world).await;
