@@ -96,6 +96,13 @@ impl MockKafka {
         self.cluster().request_errors(RDKafkaApiKey::OffsetCommit, &errors);
     }
 
+    /// Fails the next `count` reads of committed offsets, of any group, with an error the client does not
+    /// retry (`UNKNOWN_SERVER_ERROR`): a coordinator that has a bad moment.
+    pub fn fail_offset_fetches(&self, count: usize) {
+        let errors = vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; count];
+        self.cluster().request_errors(RDKafkaApiKey::OffsetFetch, &errors);
+    }
+
     /// A topic of one partition, for a member of another subscription.
     pub fn create_topic(&self, name: &str) {
         self.cluster().create_topic(name, 1, 1).expect("topic created");

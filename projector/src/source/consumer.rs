@@ -10,12 +10,13 @@ use futures::FutureExt;
 use opentelemetry::propagation::Extractor;
 use rdkafka::client::OAuthToken;
 use rdkafka::config::RDKafkaLogLevel;
-use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, StreamConsumer};
+use rdkafka::consumer::{BaseConsumer, Consumer, ConsumerContext, Rebalance, RebalanceProtocol, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{Headers, Message, OwnedHeaders, OwnedMessage};
 use rdkafka::producer::FutureProducer;
 use rdkafka::statistics::Statistics;
-use rdkafka::{ClientConfig, ClientContext};
+use rdkafka::types::RDKafkaRespErr;
+use rdkafka::{ClientConfig, ClientContext, Offset, TopicPartitionList};
 use shared::Topic;
 use tokio::time::Instant;
 
@@ -119,9 +120,41 @@ pub struct GroupShare {
 }
 
 impl ConsumerContext for Context {
+    /// Runs inside a poll when the group assigns or revokes partitions: librdkafka's own handling, but
+    /// for where an assigned partition starts. librdkafka would start it at the group's committed offset,
+    /// which it asks the coordinator for first, and it never starts a partition whose committed offset
+    /// that request failed to return (a coordinator's error it does not retry, or retried too often):
+    /// the member would hold the partition and never read it. The projector reads each partition from
+    /// the read model's position (`Source::assign` moves it there), so the partition starts at its
+    /// earliest offset, which needs no coordinator, and waits paused ([`Context::post_rebalance`]).
+    fn rebalance(&self, consumer: &BaseConsumer<Self>, err: RDKafkaRespErr, partitions: &mut TopicPartitionList) {
+        let assigning = err == RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS;
+        if assigning {
+            if let Err(e) = partitions.set_all_offsets(Offset::Beginning) {
+                tracing::warn!(error = %e, "could not start the assigned partitions at their earliest offsets");
+            }
+        }
+        let cooperative = matches!(consumer.rebalance_protocol(), RebalanceProtocol::Cooperative);
+        let done = match (assigning, cooperative) {
+            (true, true) => consumer.incremental_assign(partitions),
+            (true, false) => consumer.assign(partitions),
+            (false, true) => consumer.incremental_unassign(partitions),
+            (false, false) => consumer.unassign(),
+        };
+        if let Err(e) = done {
+            tracing::warn!(error = %e, assigning, "librdkafka refused the group's assignment");
+        }
+        let rebalance = match err {
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS => Rebalance::Assign(partitions),
+            RDKafkaRespErr::RD_KAFKA_RESP_ERR__REVOKE_PARTITIONS => Rebalance::Revoke(partitions),
+            other => Rebalance::Error(KafkaError::Rebalance(other.into())),
+        };
+        self.post_rebalance(consumer, &rebalance);
+    }
+
     /// Runs inside a poll, after librdkafka took or gave up the partitions. A partition the group assigns
     /// is paused at once: it is read only once the live loop has moved it to the position the read model
-    /// holds (`Source::assign`), never from the group's committed offset.
+    /// holds (`Source::assign`), never from where librdkafka started it.
     fn post_rebalance(&self, consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         let mut group = self.group.lock().expect("group assignment");
         match rebalance {

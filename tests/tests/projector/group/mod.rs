@@ -267,6 +267,19 @@ async fn commits_the_broker_refuses_are_sent_again_until_the_group_shows_the_rea
     running.stop_within(STOP).await;
 }
 
+/// A member reads the partitions the group assigns it from the read model's positions, so it never needs
+/// the group's committed offsets: a coordinator that fails to return them (once, or again and again)
+/// holds up no partition. Red when the assignment waits for them: librdkafka starts no partition whose
+/// committed offset it failed to read, and the member never reads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_reads_its_partitions_though_the_coordinator_fails_to_return_the_committed_offsets() {
+    let world = HalfPublished::start(0x5eed_0852).await;
+    world.kafka.fail_offset_fetches(3);
+    let member = runner::spawn(world.config(&[])).await;
+    world.publish_second().await;
+    world.ends_as_one_run(member).await;
+}
+
 /// KIP-848's protocol, where the broker offers it: the broker assigns, and the members ask for nothing
 /// but the topics.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
