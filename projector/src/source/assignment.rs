@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use rdkafka::consumer::{CommitMode, Consumer};
 use rdkafka::Offset;
 
-use super::consumer::GroupShare;
+use super::group::GroupShare;
 use super::{offsets, BrokerError, Partition, Source};
 
 impl Source {

@@ -7,6 +7,7 @@ mod auth;
 mod consumer;
 mod dead_letter;
 mod dead_letter_limit;
+mod group;
 mod offsets;
 mod prerequisites;
 mod reader;
