@@ -332,7 +332,8 @@ async fn a_write_the_projectors_user_may_not_finish_writes_nothing_and_is_applie
 
 /// A projector whose user may not `GETRANGE` (an ACL of the release before layout 6) cannot read back the
 /// transcript of an interview entering its list: it writes nothing of it and retries, no event set aside,
-/// until the user may; then the interview is served with its transcript compressed.
+/// and its readiness says it stalled, until the user may; then the interview is served with its
+/// transcript compressed, and the projector is ready again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_projector_whose_user_may_not_read_a_transcript_back_waits_and_serves_it_once_allowed() {
     let own = end_to_end::own_redis::OwnRedis::start();
@@ -349,11 +350,20 @@ async fn a_projector_whose_user_may_not_read_a_transcript_back_waits_and_serves_
     let mut config = runner::config(&topics, &prefix, &unique("g"));
     config.redis.url = format!("redis://old-acl:old-acl-0123456789@127.0.0.1:{}", own.port()).into();
     config.redis.cluster = false;
+    config.http_addr = "127.0.0.1:0".parse().unwrap();
+    config.stall_after_secs = 1;
     let running = runner::spawn(config).await;
+    let readyz = format!("http://{}/readyz", running.http.expect("an HTTP server"));
     eventually(Duration::from_secs(60), "the batch to be retried", || async {
         (running.snapshot().retries >= 3).then_some(())
     })
     .await;
+    let stalled = eventually(Duration::from_secs(30), "readiness to report the stall", || async {
+        let response = reqwest::get(&readyz).await.expect("readiness answers");
+        (response.status() == 503).then_some(response.text().await.unwrap())
+    })
+    .await;
+    assert!(stalled.contains("stalled"), "{stalled}");
     let mut conn = redis::Client::open(own.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let keys = Keyspace::new(prefix, 1);
     let listed: u64 = redis::cmd("ZCARD").arg(keys.interviews(org, "s1")).query_async(&mut conn).await.unwrap();
@@ -367,5 +377,9 @@ async fn a_projector_whose_user_may_not_read_a_transcript_back_waits_and_serves_
     assert!(shared::codec::is_compressed(&stored), "served: compressed");
     assert!(shared::codec::transcript(&stored).unwrap().ends_with("It was fine\n"));
     assert_eq!(running.snapshot().dead_lettered, 0, "no event is at fault");
+    eventually(Duration::from_secs(30), "readiness again", || async {
+        (reqwest::get(&readyz).await.expect("readiness answers").status() == 200).then_some(())
+    })
+    .await;
     running.stop().await;
 }
