@@ -97,7 +97,8 @@ impl MockKafka {
     }
 
     /// Fails the next `count` reads of committed offsets, of any group, with an error the client does not
-    /// retry (`UNKNOWN_SERVER_ERROR`): a coordinator that has a bad moment.
+    /// retry (Kafka's `UNKNOWN_SERVER_ERROR`, -1: librdkafka's `RD_KAFKA_RESP_ERR_UNKNOWN`): a coordinator that
+    /// has a bad moment.
     pub fn fail_offset_fetches(&self, count: usize) {
         let errors = vec![RDKafkaRespErr::RD_KAFKA_RESP_ERR_UNKNOWN; count];
         self.cluster().request_errors(RDKafkaApiKey::OffsetFetch, &errors);
