@@ -8,7 +8,7 @@
 //! A Redis user that may not run `INFO` (it is in the `@dangerous` category) leaves only the second
 //! look; that is said once in the log, and the projector goes on.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 
 use redis::RedisResult;
@@ -104,12 +104,16 @@ impl Watch {
         }
     }
 
-    /// Forgets what was recorded for `partitions`: they are read again from what Redis holds. A primary
-    /// of which nothing is expected any more is opened again at the next record, as at a start: its hash
-    /// gone is no loss then (the loss that took it is the one being answered).
-    pub fn forget(&mut self, partitions: &[Partition]) {
+    /// Forgets what was recorded for `partitions`, which are read again from what Redis holds, and for
+    /// every partition this projector no longer `held`: another instance records those now, and what this
+    /// one wrote of them before it lost them says nothing of what it may expect. A primary of which
+    /// nothing is expected any more is opened again at the next record, as at a start: its hash gone is
+    /// no loss then (the loss that took it is the one being answered). Kept, an expectation of a
+    /// partition gone elsewhere would keep its primary from ever being opened again: every later record
+    /// refused for good, and no batch written.
+    pub fn forget(&mut self, partitions: &[Partition], held: &BTreeSet<Partition>) {
         self.written.retain(|_, expected| {
-            expected.retain(|p, _| !partitions.contains(p));
+            expected.retain(|p, _| held.contains(p) && !partitions.contains(p));
             !expected.is_empty()
         });
     }

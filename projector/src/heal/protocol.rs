@@ -202,7 +202,7 @@ impl Heal {
                 .collect();
             tracing::warn!(from = %from.join(" "), "reading partitions again after a loss");
             projector.source.rewind(&starts)?;
-            self.watch.forget(&again);
+            self.watch.forget(&again, projector.source.assigned());
             self.answered.extend(mine.values().map(|h| h.losses.clone()));
         }
         let positions = projector.source.positions();

@@ -8,5 +8,6 @@ mod one_redis;
 mod pointer;
 mod resharding;
 mod resilience;
+mod stale_shares;
 mod start;
 mod unmarked;

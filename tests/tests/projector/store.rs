@@ -171,9 +171,46 @@ async fn a_record_that_finds_positions_lost_writes_none_even_of_partitions_new_t
 
     // Answered (the one partition it expected anything of is read again from what Redis holds), the
     // next record makes the hash again, as at a start: the loss answered is not found again.
-    watch.forget(std::slice::from_ref(&a));
+    watch.forget(std::slice::from_ref(&a), &[a.clone(), b.clone()].into());
     let answered = watch.losses(&keys, &[(a, 0), (b, 0)].into()).await.unwrap();
     assert!(answered.is_empty(), "the loss answered is found again: {answered:?}");
+}
+
+/// A projector that recorded partitions it has since lost to another instance (one joined, or a rebalance
+/// after a member's session ended) expects nothing of them any more once it answers a loss: it forgets
+/// them with the partitions it reads again, and the next record opens the flushed primary's hash again.
+/// Kept, they would keep the hash from ever being opened: every later record refused, no batch written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_projector_that_lost_a_partition_to_another_opens_a_flushed_primary_again_once_it_answered_the_loss() {
+    use end_to_end::own_redis::Persistence;
+    use projector::{Metrics, Partition, Watch};
+    use std::collections::{BTreeSet, HashMap};
+    let own = OwnRedis::with(Persistence::AofAlways);
+    let user = ["ACL", "SETUSER", "no-info", "on", ">no-info-password", "~*", "&*", "+@all", "-info"];
+    assert_eq!(own.cli(&user), "OK");
+    let url = own.url().replace("redis://", "redis://no-info:no-info-password@");
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
+    let conn = Connection::connect(&Target::new(&url, false), settings).await.unwrap();
+    let keys = Keyspace::new(unique("moved"), 1);
+    let metrics = std::sync::Arc::new(Metrics::new(["s".into(), "i".into(), "k".into()]));
+    let mut watch = Watch::new(conn.clone(), metrics);
+    let (p0, p1) = (Partition::new("s", 0), Partition::new("s", 1));
+    let recorded = watch.losses(&keys, &[(p0.clone(), 10), (p1.clone(), 7)].into()).await.unwrap();
+    assert!(recorded.is_empty(), "{recorded:?}");
+
+    // Partition 1 goes to another instance; then Redis loses everything.
+    assert_eq!(own.cli(&["FLUSHALL"]), "OK");
+    let refused = watch.losses(&keys, &[(p0.clone(), 12)].into()).await.unwrap();
+    assert!(!refused.is_empty(), "the positions lost are a loss");
+
+    // Answered as the healing protocol answers it: partition 0 read again, and 0 alone held.
+    let held: BTreeSet<Partition> = [p0.clone()].into();
+    watch.forget(std::slice::from_ref(&p0), &held);
+    let opened = watch.losses(&keys, &[(p0.clone(), 0)].into()).await.unwrap();
+    assert!(opened.is_empty(), "the loss answered is found again: {opened:?}");
+    let hash: HashMap<String, String> = conn.clone().hgetall(keys.positions_on(&[(0, 16383)])).await.unwrap();
+    assert_eq!(hash.get("opened").map(String::as_str), Some("1"), "the hash made again: {hash:?}");
+    assert_eq!(hash.get("s/0").map(String::as_str), Some("0"), "the partition's position recorded: {hash:?}");
 }
 
 /// A projector makes its position hash on a primary at its first look, before it has applied anything
