@@ -106,8 +106,10 @@ impl Heal {
             None => losses,
         };
         // A loss told by the same words as one answered before (the same partition's positions lost again
-        // on the same generation) is a new loss: it is answered again.
-        self.answered.remove(&losses);
+        // on the same generation) is a new loss: it is answered again. What was answered is what the
+        // entries held, which the marking merges with other losses (the healing state's own loss, other
+        // projectors'): every answered value naming any of these losses goes, not only the same value.
+        self.answered.retain(|answered| !answered.0.iter().any(|loss| losses.0.contains(loss)));
         self.pending = Some(Pending { losses, marked: false });
         self.settle(projector).await;
         Ok(())

@@ -162,6 +162,43 @@ async fn with_a_redis_user_that_may_not_run_info_the_read_model_is_complete_and_
     }
 }
 
+/// Two flushes during one heal, told by the same words (a user without `INFO`: the same partition's
+/// positions lost on the same generation): the second is a new loss, and what was projected again between
+/// the two is projected again once more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_redis_user_that_may_not_run_info_a_second_flush_during_the_heal_of_the_first_is_healed_too() {
+    let redis = OwnRedis::with(Persistence::AofAlways);
+    let acl = ["ACL", "SETUSER", "readmodel", "on", ">s3cret-pass", "~heal*", "+@all", "-@dangerous"];
+    assert_eq!(redis.cli(&acl), "OK");
+    let url = redis.url().replacen("redis://", "redis://readmodel:s3cret-pass@", 1);
+    let scenario = Scenario::generate(0x5eed_1116, 8, 15, 6);
+    let total = scenario.messages.len() as u64;
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let mut world = Healing::start(&topics, &url, false).await;
+    world.wait_ready(total, Duration::from_secs(60)).await;
+    let prober = Prober::start(&world.app, &scenario);
+    prober.wait_answered(Instant::now(), Duration::from_secs(10)).await;
+
+    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+    let detected = world.wait_detected(DETECTION).await;
+    // Some of the stream projected again, not all of it: the first heal is under way.
+    let consumed = world.projector.consumed();
+    end_to_end::eventually(Duration::from_secs(30), "part of the stream projected again", || async {
+        (world.projector.consumed() >= consumed + 200).then_some(())
+    })
+    .await;
+    let healing = end_to_end::metrics::sample(&world.projector.metrics_text(), "projector_healing_partitions", &[]);
+    assert_eq!(redis.cli(&["FLUSHALL"]), "OK");
+    assert!(healing > 0.0, "the second flush came during the first heal");
+    end_to_end::eventually(DETECTION, "the second loss to be counted", || async {
+        (world.losses() >= 2.0).then_some(())
+    })
+    .await;
+    world.wait_converged(&expected, CONVERGENCE).await;
+    assert_no_wrong_answer_after(&prober.finish().await, detected);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_during_a_heavy_replay_with_appendfsync_everysec_ends_complete() {
     let mut redis = OwnRedis::with(Persistence::AofEverySecond);
