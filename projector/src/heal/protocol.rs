@@ -33,6 +33,9 @@ pub struct Heal {
     /// A loss not marked yet (Redis did not answer), or whose healing entries are not all written yet
     /// (the broker did not answer).
     pending: Option<Pending>,
+    /// Where each partition of this projector still healing stood at the last look: one that has not moved
+    /// since is asked for its end ([`Heal::answer`]).
+    short: HashMap<Partition, i64>,
 }
 
 /// A loss being marked: first the whole generation as incomplete, then each partition.
@@ -46,7 +49,7 @@ struct Pending {
 impl Heal {
     /// Healing with `watch`, whose first look was taken when the projector started.
     pub fn new(watch: Watch) -> Self {
-        Self { watch, answered: HashSet::new(), pending: None }
+        Self { watch, answered: HashSet::new(), pending: None, short: HashMap::new() }
     }
 
     /// One look; see the module's documentation. An error of Redis is logged and tried again next time;
@@ -208,10 +211,26 @@ impl Heal {
             self.answered.extend(mine.values().map(|h| h.losses.clone()));
         }
         let positions = projector.source.positions();
+        let ends = self.ends_of_the_still(projector, &mine, &positions);
         let mut left = 0;
         for (partition, entry) in &mine {
-            if positions.get(*partition).is_some_and(|at| *at >= entry.target) {
+            let at = positions.get(*partition).copied();
+            let reached = at.is_some_and(|at| at >= entry.target);
+            // The target is the partition's end when the loss was marked; a broker that lost its tail since
+            // (one broker without replicas, killed) never reaches it again: the heal ends at the end now.
+            let end = ends.get(*partition).copied().filter(|end| *end < entry.target);
+            let past_end = !reached && at.zip(end).is_some_and(|(at, end)| at >= end);
+            if reached || past_end {
+                if past_end {
+                    projector.metrics.redis.targets_past_end.inc();
+                    tracing::error!(
+                        %partition, target = entry.target, end = ?end, loss = %entry.losses,
+                        "the broker holds less of the partition than when the loss was marked (it lost messages): \
+                         healed up to its end"
+                    );
+                }
                 position::clear_healing(conn, keys, partition, entry).await?;
+                self.short.remove(*partition);
             } else {
                 left += 1;
             }
@@ -219,6 +238,36 @@ impl Heal {
         projector.metrics.redis.healing.set(left);
         projector.metrics.redis.set_reason(mine.values().next().filter(|_| left > 0).map(|h| h.losses.to_string()));
         Ok(())
+    }
+}
+
+impl Heal {
+    /// The end of each of this projector's partitions still short of its healing target that has not
+    /// moved since the last look: a partition being read again moves between two looks, so the broker is
+    /// asked only about one that may wait for messages it no longer holds. Empty when it does not answer.
+    fn ends_of_the_still(
+        &mut self,
+        projector: &Parts<'_>,
+        mine: &HashMap<&Partition, &Healing>,
+        positions: &HashMap<Partition, i64>,
+    ) -> HashMap<Partition, i64> {
+        let short: HashMap<Partition, i64> = mine
+            .iter()
+            .filter_map(|(p, entry)| Some(((*p).clone(), *positions.get(*p)?)).filter(|(_, at)| *at < entry.target))
+            .collect();
+        let still: Vec<Partition> =
+            short.iter().filter(|(p, at)| self.short.get(*p) == Some(*at)).map(|(p, _)| p.clone()).collect();
+        self.short = short;
+        if still.is_empty() {
+            return HashMap::new();
+        }
+        match projector.source.ends(&still) {
+            Ok(ends) => still.into_iter().zip(ends).collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "could not ask the broker for the ends of the partitions healing");
+                HashMap::new()
+            }
+        }
     }
 }
 

@@ -28,6 +28,8 @@ pub struct RedisHealth {
     pub losses: Counter<u64, AtomicU64>,
     /// 1 while a loss is found and not yet marked in Redis: no batch is applied meanwhile.
     pub unmarked: Gauge<i64, AtomicI64>,
+    /// Healing entries ended at their partition's end, short of their target: the broker lost messages.
+    pub targets_past_end: Counter<u64, AtomicU64>,
     /// Why the read model is being projected again, while it is.
     reason: Mutex<Option<String>>,
 }
@@ -65,6 +67,12 @@ impl RedisHealth {
             "1 while a loss of read-model data is found and not yet marked in Redis (no batch is applied \
              meanwhile; the marking is tried again at every look)",
             health.unmarked.clone(),
+        );
+        registry.register(
+            "healing_targets_past_end",
+            "Healing entries ended at their partition's end, short of the end the partition had when the loss \
+             was marked: the broker lost the messages between the two",
+            health.targets_past_end.clone(),
         );
         health
     }

@@ -256,3 +256,37 @@ async fn built_with_the_meta_layout_lost() -> (String, Keyspace, Connection) {
     let _: () = redis::cmd("HDEL").arg(keys.meta()).arg(shared::layout::FIELD).query_async(&mut conn).await.unwrap();
     (prefix, keys, conn)
 }
+
+/// A heal's targets are the partitions' ends when the loss was marked. A broker that lost the tail of a
+/// partition since (one broker without replicas, killed) never holds that much again once producers stop:
+/// the heal ends at the partition's end, and the broker's loss is counted, rather than 503 for ever. The
+/// entry is written here as such a broker leaves it: its target past everything the partition holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_healing_target_past_what_the_broker_still_holds_ends_at_the_partitions_end_and_is_counted() {
+    use projector::{Healing as Entry, Opened, Partition};
+    let redis = OwnRedis::start();
+    let scenario = Scenario::generate(0x5eed_1153, 3, 6, 3);
+    let total = scenario.messages.len() as u64;
+    let topics = Topics::holding(&scenario.messages).await;
+    let expected = reference(&topics, &scenario).await;
+    let mut world = Healing::start(&topics, &redis.url(), false).await;
+    world.wait_ready(total, Duration::from_secs(60)).await;
+    let keys = Keyspace::new(world.prefix(), 1);
+
+    let loss = shared::loss::Losses::one(shared::loss::Loss::Other("a loss the broker outlived".into()));
+    let past_the_end = Entry { target: total as i64 + 1000, losses: loss };
+    let entries = [(Partition::new(topics.study.clone(), 0), past_the_end)].into();
+    projector::mark_healing(&mut world.conn.clone(), &keys, Opened::Kept, &entries).await.unwrap();
+
+    eventually_showing(Duration::from_secs(30), "the entry past the end to be ended", || async {
+        match partition_entries(&mut world.conn.clone(), &keys).await {
+            0 => Ok(()),
+            left => Err(format!("{left} entries left")),
+        }
+    })
+    .await;
+    let counted =
+        end_to_end::metrics::sample(&world.projector.metrics_text(), "projector_healing_targets_past_end_total", &[]);
+    assert_eq!(counted, 1.0, "the broker's loss counted once");
+    world.wait_converged(&expected, CONVERGENCE).await;
+}
