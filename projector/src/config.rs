@@ -64,9 +64,14 @@ pub struct Config {
     #[arg(global = true, long, env = "PROJECTOR_HTTP_ADDR", default_value = "127.0.0.1:9464")]
     pub http_addr: OptionalAddr,
 
-    /// Seconds without progress, while behind, after which /readyz reports the projection stalled.
+    /// Seconds without progress, while behind, after which /readyz reports the projector stuck.
     #[arg(global = true, long, env = "PROJECTOR_STALL_AFTER_SECS", default_value_t = 60)]
     pub stall_after_secs: u64,
+
+    /// Seconds without progress, while behind, after which /livez fails too, so that Kubernetes restarts
+    /// the stuck projector (a fresh start reads again from what Redis holds); 0: never.
+    #[arg(global = true, long, env = "PROJECTOR_RESTART_STUCK_AFTER_SECS", default_value_t = 300)]
+    pub restart_stuck_after_secs: u64,
 
     /// The dead-letter limit: how many of a partition's latest messages count. Once more than
     /// DEAD_LETTER_LIMIT_RATIO of them, and at least DEAD_LETTER_LIMIT_MIN, would be set aside as poison,
@@ -177,6 +182,11 @@ impl Config {
 
     pub fn stall_after(&self) -> Duration {
         Duration::from_secs(self.stall_after_secs)
+    }
+
+    /// How long stuck before `/livez` fails; `None`: never.
+    pub fn restart_stuck_after(&self) -> Option<Duration> {
+        (self.restart_stuck_after_secs > 0).then(|| Duration::from_secs(self.restart_stuck_after_secs))
     }
 
     /// When a partition's poison halts it rather than being set aside.

@@ -440,6 +440,7 @@ impl<'a> Retry<'a> {
     /// After a failure: true once it is time to try again, false when shut down meanwhile.
     async fn after(&mut self, error: impl std::fmt::Display, stopped: &mut watch::Receiver<bool>) -> bool {
         self.metrics.retries.inc();
+        self.metrics.stuck.obstacle(format_args!("could not {}: {error}", self.what));
         tracing::error!(error = %error, "could not {}; retrying", self.what);
         self.backoff.wait(stopped).await
     }

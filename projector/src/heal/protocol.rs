@@ -101,6 +101,7 @@ impl Heal {
             store::check_no_eviction(&mut conn).await?;
         }
         tracing::error!(loss = %losses, "the read model's Redis lost data; projecting again from what it holds");
+        projector.metrics.stuck.obstacle(format_args!("the read model's Redis lost data: {losses}"));
         projector.store.forget_epochs();
         // Counted once marked: until then the API cannot know, and the loss is not answered yet. A loss
         // still being marked is marked again with this one, under one id.

@@ -1,9 +1,11 @@
 //! The projector's own small HTTP server: Prometheus `/metrics`, `/livez` (also `/healthz`) and `/readyz`.
 //!
 //! Ready means making progress: a projector that is behind (lag above zero) and has applied nothing for
-//! `stall_after` is not ready, so a stalled projection never looks healthy; nor is one whose Redis
-//! refuses writes for lack of memory, nor one with a partition halted by the dead-letter limit. A rebuild that is still catching up, and a projector projecting
-//! again after Redis lost data, say so, and are ready.
+//! `PROJECTOR_STALL_AFTER_SECS` is `stuck` and not ready, so a stalled projection never looks healthy; nor
+//! is one whose Redis refuses writes for lack of memory, nor one with a partition halted by the dead-letter
+//! limit. A rebuild that is still catching up, and a projector projecting again after Redis lost data,
+//! say so, and are ready. Live means the process answers and is not stuck past `restart_stuck_after`
+//! (see [`super::stuck`]): then Kubernetes restarts it.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,7 +24,8 @@ use super::Metrics;
 #[derive(Clone)]
 pub struct Health {
     pub metrics: Arc<Metrics>,
-    pub stall_after: Duration,
+    /// How long stuck before `/livez` fails (none: never).
+    pub restart_stuck_after: Option<Duration>,
     /// Set while this process is a rebuild that has not caught up yet.
     pub rebuilding: Arc<AtomicBool>,
 }
@@ -30,9 +33,9 @@ pub struct Health {
 fn router(health: Health) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
-        // The process answers; `/healthz` is its older name, kept for probes already configured with it.
-        .route("/livez", get(|| async { Json(json!({ "status": "ok" })) }))
-        .route("/healthz", get(|| async { Json(json!({ "status": "ok" })) }))
+        // `/healthz` is its older name, kept for probes already configured with it.
+        .route("/livez", get(livez))
+        .route("/healthz", get(livez))
         .route("/readyz", get(readyz))
         .with_state(health)
 }
@@ -42,9 +45,26 @@ async fn metrics(State(health): State<Health>) -> Response {
     ([(header::CONTENT_TYPE, content_type)], health.metrics.render()).into_response()
 }
 
+/// The process answers, and is not stuck past the bound (a rebuild is never restarted this way: it has
+/// bounds of its own).
+async fn livez(State(health): State<Health>) -> Response {
+    let stuck = health.metrics.stuck().filter(|_| !health.rebuilding.load(Ordering::Relaxed));
+    match (stuck, health.restart_stuck_after) {
+        (Some(stuck), Some(after)) if stuck.seconds >= after.as_secs_f64() => {
+            let body = json!({
+                "status": "stuck",
+                "reason": stuck.reason,
+                "secondsSinceProgress": stuck.seconds,
+                "restartAfterSecs": after.as_secs(),
+            });
+            (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response()
+        }
+        _ => Json(json!({ "status": "ok" })).into_response(),
+    }
+}
+
 async fn readyz(State(health): State<Health>) -> Response {
     let lag = health.metrics.total_lag();
-    let idle = health.metrics.since_progress();
     if health.metrics.halts.halted.get() > 0 {
         let body = json!({
             "status": "halted by the dead-letter limit",
@@ -69,8 +89,14 @@ async fn readyz(State(health): State<Health>) -> Response {
         let body = json!({ "status": "kafka consumer error", "reason": format!("a partition cannot be read and stays where it is: {error}"), "lag": lag });
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
-    if lag > 0 && idle >= health.stall_after.as_secs_f64() {
-        let body = json!({ "status": "stalled", "lag": lag, "secondsSinceProgress": idle });
+    if let Some(stuck) = health.metrics.stuck() {
+        let body = json!({
+            "status": "stuck",
+            "reason": stuck.reason,
+            "lag": lag,
+            "secondsSinceProgress": stuck.seconds,
+            "restartAfterSecs": health.restart_stuck_after.map(|after| after.as_secs()),
+        });
         return (StatusCode::SERVICE_UNAVAILABLE, Json(body)).into_response();
     }
     if redis.healing.get() > 0 {

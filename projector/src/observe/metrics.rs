@@ -143,6 +143,8 @@ pub struct Metrics {
     pub kafka: super::kafka_health::KafkaHealth,
     /// The partitions the dead-letter limit halted.
     pub halts: super::halt_health::HaltHealth,
+    /// Whether this projector is stuck, and on what.
+    pub stuck: super::stuck::StuckHealth,
     total_lag: AtomicI64,
 }
 
@@ -217,8 +219,10 @@ impl Metrics {
         let redis = super::redis_health::RedisHealth::register(registry);
         let kafka = super::kafka_health::KafkaHealth::register(registry);
         let halts = super::halt_health::HaltHealth::register(registry);
+        let stuck = super::stuck::StuckHealth::register(registry);
         Self {
             halts,
+            stuck,
             kafka,
             latest_event,
             redis,
@@ -326,8 +330,15 @@ impl Metrics {
         self.total_lag.load(Relaxed).max(self.in_hand.get())
     }
 
+    /// Whether this projector is stuck (see [`super::stuck`]), and on what; sets `projector_stuck`.
+    pub fn stuck(&self) -> Option<super::stuck::Stuck> {
+        let excused = self.redis.out_of_memory.get() > 0 || self.halts.halted.get() > 0;
+        self.stuck.judge(self.total_lag() > 0, excused, self.since_progress())
+    }
+
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
+        self.stuck();
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry).expect("metrics encode");
         out

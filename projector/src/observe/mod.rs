@@ -6,6 +6,7 @@ mod http;
 mod kafka_health;
 mod metrics;
 mod redis_health;
+mod stuck;
 
 pub use http::{start as serve_http, Health};
 pub use metrics::{now, Counts, Metrics, Outcome, PartitionLabels, Tally};

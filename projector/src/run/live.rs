@@ -176,15 +176,36 @@ async fn pause(
     }
     let prefix = projector.config.redis.key_prefix.clone();
     tracing::info!(target, "paused for a rebuild's handover");
+    projector.metrics.stuck.set_paused(true);
+    let resumed = wait_for_the_switch(projector, heal, conn, id, target, stopped, &prefix).await;
+    projector.metrics.stuck.set_paused(false);
+    if resumed? {
+        tracing::info!(generation = projector.generation(), "resumed");
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Paused: reports itself as such until the rebuild switches to `target` (then follows it) or ends the
+/// handover without a switch. False when shut down meanwhile.
+async fn wait_for_the_switch(
+    projector: &mut Projector,
+    heal: &mut Heal,
+    conn: &mut Connection,
+    id: &str,
+    target: u64,
+    stopped: &mut watch::Receiver<bool>,
+    prefix: &str,
+) -> Result<bool, Error> {
     loop {
-        if let Err(e) = members::report(conn, &prefix, id, &instance(projector, true)).await {
+        if let Err(e) = members::report(conn, prefix, id, &instance(projector, true)).await {
             tracing::warn!(error = %e, "could not report this projector's state");
         }
         tokio::select! {
             _ = stopped.wait_for(|stop| *stop) => return Ok(false),
             _ = tokio::time::sleep(Duration::from_millis(100)) => {}
         }
-        let signals = match control::signals(conn, &prefix).await {
+        let signals = match control::signals(conn, prefix).await {
             Ok(signals) => signals,
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the control keys");
@@ -192,21 +213,19 @@ async fn pause(
             }
         };
         if signals.active == Some(target) {
-            if !reads_layout(conn, &prefix, target).await? {
+            if !reads_layout(conn, prefix, target).await? {
                 continue;
             }
             if let Some(losses) = follow_up(projector, conn, target).await {
                 heal.lost(&mut projector.healing(), losses).await?;
             }
-            break;
+            return Ok(true);
         }
         if signals.handover != Some(target) {
             tracing::warn!(target, "the handover ended without a switch; resuming on the current generation");
-            break;
+            return Ok(true);
         }
     }
-    tracing::info!(generation = projector.generation(), "resumed");
-    Ok(true)
 }
 
 /// Whether this build reads the layout of generation `active`, which it is about to follow: a layout it

@@ -88,6 +88,7 @@ impl Projector {
     async fn start(config: Config, mut conn: Connection) -> Result<Self, Error> {
         store::check_no_eviction(&mut conn).await?;
         let metrics = Arc::new(Metrics::new(Topic::ALL.map(|t| config.topic_name(t).to_string())));
+        metrics.stuck.set_stall_after(config.stall_after());
         // Watching begins before anything is read: a loss from here on is seen by the first look of the
         // loop that projects (it compares with this one), one before it by the check below. A first look
         // taken after the check would take a flush in between for the state of things.
@@ -185,7 +186,8 @@ impl Projector {
     /// Starts the HTTP server of metrics and health when an address is configured; returns where it
     /// listens. `rebuilding` is set while this projector is a rebuild that has not caught up.
     pub async fn serve_http(&self, rebuilding: Arc<AtomicBool>) -> Option<SocketAddr> {
-        let health = Health { metrics: self.metrics(), stall_after: self.config.stall_after(), rebuilding };
+        let restart_stuck_after = self.config.restart_stuck_after();
+        let health = Health { metrics: self.metrics(), restart_stuck_after, rebuilding };
         observe::serve_http(self.config.http_addr.0, health).await
     }
 

@@ -6,5 +6,6 @@ mod generations;
 mod logs;
 mod operability;
 mod probes;
+mod stuck;
 mod traces;
 mod upgrades;

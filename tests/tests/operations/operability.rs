@@ -78,7 +78,7 @@ async fn metrics_show_what_happened_and_readiness_turns_off_when_the_projection_
         (status == 503).then_some(body)
     })
     .await;
-    assert!(stalled.contains("stalled"), "{stalled}");
+    assert!(stalled.contains("\"stuck\""), "{stalled}");
     // The batch that arrived meanwhile is taken and waits for Redis in hand (the stall can be reported
     // before it is taken: the lag comes from the broker's statistics).
     eventually(Duration::from_secs(30), "the batch to wait in hand", || async {

@@ -332,7 +332,7 @@ async fn a_write_the_projectors_user_may_not_finish_writes_nothing_and_is_applie
 
 /// A projector whose user may not `GETRANGE` (an ACL of the release before layout 6) cannot read back the
 /// transcript of an interview entering its list: it writes nothing of it and retries, no event set aside,
-/// and its readiness says it stalled, until the user may; then the interview is served with its
+/// and its readiness says it is stuck, until the user may; then the interview is served with its
 /// transcript compressed, and the projector is ready again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_projector_whose_user_may_not_read_a_transcript_back_waits_and_serves_it_once_allowed() {
@@ -363,7 +363,7 @@ async fn a_projector_whose_user_may_not_read_a_transcript_back_waits_and_serves_
         (response.status() == 503).then_some(response.text().await.unwrap())
     })
     .await;
-    assert!(stalled.contains("stalled"), "{stalled}");
+    assert!(stalled.contains("\"stuck\""), "{stalled}");
     let mut conn = redis::Client::open(own.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
     let keys = Keyspace::new(prefix, 1);
     let listed: u64 = redis::cmd("ZCARD").arg(keys.interviews(org, "s1")).query_async(&mut conn).await.unwrap();
