@@ -14,12 +14,26 @@ const FIRST: Duration = Duration::from_millis(100);
 const LONGEST: Duration = Duration::from_secs(5);
 
 /// Exponential backoff with jitter that gives up when the projector is shutting down.
-pub struct Backoff(ExponentialBackoff);
+pub struct Backoff(ExponentialBackoff, Waited);
+
+/// Whether a delay was waited since the start: a reset of one that never waited does nothing.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Waited {
+    No,
+    Yes,
+}
 
 impl Backoff {
     pub fn new() -> Self {
         let builder = ExponentialBuilder::default().with_min_delay(FIRST).with_max_delay(LONGEST);
-        Self(builder.with_jitter().without_max_times().build())
+        Self(builder.with_jitter().without_max_times().build(), Waited::No)
+    }
+
+    /// Starts again from the first delay (what was tried went through).
+    pub fn reset(&mut self) {
+        if self.1 == Waited::Yes {
+            *self = Self::new();
+        }
     }
 
     /// The next delay.
@@ -29,6 +43,7 @@ impl Backoff {
 
     /// Waits the next delay; false when shut down meanwhile.
     pub async fn wait(&mut self, stopped: &mut watch::Receiver<bool>) -> bool {
+        self.1 = Waited::Yes;
         let delay = self.next_delay();
         tokio::select! {
             _ = stopped.wait_for(|stop| *stop) => false,

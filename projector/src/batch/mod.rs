@@ -13,8 +13,10 @@
 //! 6. commit the batch's offsets, now that every message in it is applied or set aside (a halted
 //!    partition's up to where it halted).
 //!
-//! Steps 2 and 3 retry with backoff until they succeed or the projector shuts down. A crash anywhere
-//! replays the batch, which changes nothing the second time: every write checks the aggregate's sequence.
+//! Writes retry with backoff until they succeed or the projector shuts down: dead letters in place, a
+//! write Redis failed by handing the batch back to the live loop, which reads it again after its
+//! housekeeping (`batch/write.rs`). A crash anywhere replays the batch, which changes nothing the second
+//! time: every write checks the aggregate's sequence.
 //!
 //! In traces, each batch is a span linked to the trace of every message that carries a `traceparent`
 //! header (up to [`MAX_LINKS`]): the projector applies many messages at once, so it follows each one's
@@ -25,6 +27,7 @@
 //! onto lost state it would be wrong for good. The caller heals, and the batch is read again.
 
 mod decode;
+mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -33,21 +36,21 @@ use std::time::{Duration, Instant};
 use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::TraceContextExt;
 use opentelemetry_sdk::propagation::TraceContextPropagator;
-use shared::loss::{Loss, Losses};
+use shared::loss::Losses;
 use tokio::sync::watch;
 use tracing::Instrument;
 use tracing_opentelemetry::OpenTelemetrySpanExt;
 
-use crate::backoff::Backoff;
 use crate::observe::{Metrics, Outcome, Tally};
 use crate::source::Source;
 pub use crate::source::{Batch, BrokerError, DeadLetter, Partition, Record};
 use crate::source::{DeadLetterLimit, DeadLetterWriter, Seen};
-use crate::store::{Applied, Group, Store, StoreError};
+use crate::store::Store;
 /// The question asked before every write: the store's, named here too as the batch's guard.
 pub use crate::store::{Doubt, Guard};
 pub use decode::group;
 use decode::{count, decode_all, DecodedBatch, Letter};
+use write::{set_aside, write_all};
 
 /// What one call of [`step`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,6 +73,9 @@ pub enum Interrupted {
     Lost(Losses),
     /// Redis did not say whether it lost data: nothing was written, the batch is read again.
     Unanswered,
+    /// Redis failed a write, which was waited out: the batch is read again (what was written of it stays:
+    /// every write checks its aggregate's sequence), after the live loop's housekeeping.
+    Retried,
 }
 
 /// Takes one batch (waiting at most `idle` for its first message), applies it and commits it.
@@ -103,7 +109,7 @@ pub async fn step(
     let halts = match project(&records, &mut poison, store, metrics, guard, stopped).instrument(span.clone()).await {
         Ok(halts) => halts,
         Err(Interrupted::Stopped) => return Step::Stopped,
-        Err(interrupted @ (Interrupted::Lost(_) | Interrupted::Unanswered)) => {
+        Err(interrupted @ (Interrupted::Lost(_) | Interrupted::Unanswered | Interrupted::Retried)) => {
             // The messages taken past what was applied are read again.
             if let Err(e) = source.drop_fetched() {
                 tracing::warn!(error = %e, "could not read the dropped batch again");
@@ -338,110 +344,4 @@ fn seen<'a>(records: &[Record<'_>], letters: &'a [Letter]) -> BTreeMap<Partition
         seen.push((record.offset, reasons.get(&i).copied()));
     }
     by_partition.into_iter().map(|((topic, partition), seen)| (Partition::new(topic, partition), seen)).collect()
-}
-
-/// Writes dead letters, trying again until the broker has them; false when shut down first.
-async fn set_aside(
-    poison: &impl SetAside,
-    letters: &[DeadLetter],
-    metrics: &Metrics,
-    stopped: &mut watch::Receiver<bool>,
-) -> bool {
-    let mut retry = Retry::new("write to the dead-letter topic", metrics);
-    while !letters.is_empty() {
-        match poison.set_aside(letters).await {
-            Ok(()) => break,
-            Err(e) if retry.after(e.to_string(), stopped).await => {}
-            Err(_) => return false,
-        }
-    }
-    true
-}
-
-/// Writes every group, trying again while Redis is away, busy or full. When Redis refuses the batch for
-/// a reason no retry can fix, writes the groups one at a time and returns those it refuses, with why.
-/// The guard is asked before the first write and after every error; nothing is written once it says
-/// Redis may have lost data.
-async fn write_all<'a>(
-    groups: &'a [Group<'a>],
-    store: &mut Store,
-    metrics: &Metrics,
-    guard: &mut impl Guard,
-    stopped: &mut watch::Receiver<bool>,
-) -> Result<(Applied<'a>, Vec<(&'a Group<'a>, String)>), Interrupted> {
-    let mut retry = Retry::new("apply a batch to redis", metrics);
-    let (mut applied, mut refused) = (Vec::new(), Vec::new());
-    let mut pending: Vec<&'a [Group<'a>]> = vec![groups];
-    let mut checked = false;
-    while let Some(part) = pending.pop() {
-        if !checked {
-            // A Redis that cannot say whether it lost data is not written to. Its silence is waited out
-            // once, then handed back: the caller's housekeeping (sharing partitions, following the
-            // generation) goes on while Redis does not answer.
-            match guard.check(store.keys()).await {
-                Ok(()) => {}
-                Err(Doubt::Unanswered(e)) => {
-                    if !retry.after(format!("asking whether it lost data: {e}"), stopped).await {
-                        return Err(Interrupted::Stopped);
-                    }
-                    return Err(Interrupted::Unanswered);
-                }
-                Err(Doubt::Lost(loss)) => return Err(Interrupted::Lost(loss)),
-            }
-            checked = true;
-        }
-        match store.apply(part, guard).await {
-            Ok(done) => {
-                metrics.redis.out_of_memory.set(0);
-                applied.extend(done);
-            }
-            // Redis lost data between the check and the write: what the write found gone is the loss.
-            Err(StoreError::Lost(key)) => return Err(Interrupted::Lost(Losses::one(Loss::EpochGone { key }))),
-            // The look before a fold with a gap: the states it started from may be lost ones.
-            Err(StoreError::Doubted(Doubt::Lost(loss))) => return Err(Interrupted::Lost(loss)),
-            Err(StoreError::Doubted(Doubt::Unanswered(e))) => {
-                if !retry.after(format!("asking whether it lost data: {e}"), stopped).await {
-                    return Err(Interrupted::Stopped);
-                }
-                return Err(Interrupted::Unanswered);
-            }
-            Err(e) if e.is_permanent() && part.len() == 1 => refused.push((&part[0], e.to_string())),
-            // Which aggregate it is, one at a time tells.
-            Err(e) if e.is_permanent() => pending.extend(part.iter().rev().map(std::slice::from_ref)),
-            Err(e) => {
-                // Until a write succeeds: another error meanwhile (a reconnection) does not mean room.
-                if e.is_out_of_memory() {
-                    metrics.redis.out_of_memory.set(1);
-                }
-                if !retry.after(e.to_string(), stopped).await {
-                    return Err(Interrupted::Stopped);
-                }
-                checked = false;
-                pending.push(part);
-            }
-        }
-    }
-    Ok((applied, refused))
-}
-
-/// Retrying something that failed for a reason outside the batch (Redis or the broker away): each
-/// failure is logged and counted, then waited out with backoff.
-struct Retry<'a> {
-    what: &'static str,
-    metrics: &'a Metrics,
-    backoff: Backoff,
-}
-
-impl<'a> Retry<'a> {
-    fn new(what: &'static str, metrics: &'a Metrics) -> Self {
-        Self { what, metrics, backoff: Backoff::new() }
-    }
-
-    /// After a failure: true once it is time to try again, false when shut down meanwhile.
-    async fn after(&mut self, error: impl std::fmt::Display, stopped: &mut watch::Receiver<bool>) -> bool {
-        self.metrics.retries.inc();
-        self.metrics.stuck.obstacle(format_args!("could not {}: {error}", self.what));
-        tracing::error!(error = %error, "could not {}; retrying", self.what);
-        self.backoff.wait(stopped).await
-    }
 }

@@ -39,6 +39,7 @@ pub use error::StoreError;
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};
 
+use crate::backoff::Backoff;
 use crate::fold::{fold, State, Verdict};
 use crate::observe::Outcome;
 use states::state_reads;
@@ -78,6 +79,9 @@ pub struct Store {
     layout: Option<u32>,
     /// The owners recorded or read since the last loss ([`owners::Known`]).
     known: owners::Known,
+    /// How long to wait before writing again after Redis failed a write: it keeps growing across batches
+    /// while Redis keeps failing (each failed batch is handed back to the live loop and read again).
+    retry: Backoff,
 }
 
 struct Pending<'a> {
@@ -101,11 +105,17 @@ impl Store {
             epochs: HashSet::new(),
             layout: None,
             known: owners::Known::default(),
+            retry: Backoff::new(),
         }
     }
 
     pub fn keys(&self) -> &Keyspace {
         &self.keys
+    }
+
+    /// The wait before the next write after Redis failed one.
+    pub(crate) fn retry_backoff(&mut self) -> &mut Backoff {
+        &mut self.retry
     }
 
     pub fn set_generation(&mut self, generation: u64) {

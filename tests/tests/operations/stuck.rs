@@ -62,6 +62,14 @@ async fn a_projector_held_stuck_says_so_then_fails_its_liveness_and_clears_all_t
     .await;
     assert!(dead.contains("\"stuck\"") && dead.to_lowercase().contains("noperm"), "{dead}");
     assert_eq!(running.consumed(), 0, "nothing applied meanwhile");
+    // Held for all that time, it went on with its housekeeping between two attempts: its report in Redis
+    // is fresh (held inside the write, it would report nothing, and its report would lapse).
+    let mut conn = redis::Client::open(own.url()).unwrap().get_multiplexed_async_connection().await.unwrap();
+    let live = projector::live_instances(&mut conn, &prefix).await.unwrap();
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64();
+    let ages: Vec<f64> = live.values().map(|report| now - report.heartbeat).collect();
+    assert!(ages.len() == 1 && ages[0] < 2.0, "its report, seconds old: {ages:?}");
+
     // Allowed again: it applies, and all three clear.
     assert_eq!(own.cli(&["ACL", "SETUSER", "held", "+zadd"]), "OK");
     running.wait_until_consumed(messages.len() as u64, Duration::from_secs(60)).await;
