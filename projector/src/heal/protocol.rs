@@ -216,7 +216,10 @@ impl Heal {
         let mut left = 0;
         for (partition, entry) in &mine {
             let at = positions.get(*partition).copied();
-            let reached = at.is_some_and(|at| at >= entry.target);
+            // A partition the dead-letter limit halted is projected up to its halt and no further, loss or
+            // not: reached there, its heal holds no other organization at 503 until the halt is fixed.
+            let halt = projector.source.halted().get(*partition).map(|halt| halt.offset);
+            let reached = at.is_some_and(|at| at >= entry.target || halt.is_some_and(|halt| at >= halt));
             // The target is the partition's end when the loss was marked; a broker that lost its tail since
             // (one broker without replicas, killed) never reaches it again: the heal ends at the end now.
             let end = ends.get(*partition).copied().filter(|end| *end < entry.target);

@@ -2,6 +2,7 @@
 
 mod cluster;
 mod fixed_address;
+mod halted;
 mod healing_state;
 mod key_index;
 mod one_redis;
