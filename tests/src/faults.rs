@@ -347,6 +347,9 @@ pub fn assert_no_wrong_answer_after(probes: &[Probe], detected: impl Into<Detect
 /// until told to stop: events that flow while a fault happens.
 pub struct Publisher {
     stop: Arc<AtomicBool>,
+    /// Set to pause; the task answers by setting `resting` once it publishes nothing more.
+    paused: Arc<AtomicBool>,
+    resting: Arc<AtomicBool>,
     published: Arc<std::sync::atomic::AtomicU64>,
     task: tokio::task::JoinHandle<u64>,
 }
@@ -363,12 +366,21 @@ impl Publisher {
         assert!(!studies.is_empty(), "the scenario has studies to retitle");
         let (topics, stop) = (topics.clone(), Arc::new(AtomicBool::new(false)));
         let stopping = stop.clone();
+        let (paused, resting) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (pausing, rests) = (paused.clone(), resting.clone());
         let published = Arc::new(std::sync::atomic::AtomicU64::new(0));
         let counted = published.clone();
         let task = tokio::spawn(async move {
             let producer = crate::kafka::producer();
             let mut published = 0;
             while !stopping.load(Ordering::Relaxed) {
+                // Every event published so far is delivered here: resting says so.
+                if pausing.load(Ordering::Relaxed) {
+                    rests.store(true, Ordering::Relaxed);
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    continue;
+                }
+                rests.store(false, Ordering::Relaxed);
                 for (study, (org, sequence)) in studies.iter_mut() {
                     *sequence += 1;
                     let title = serde_json::json!({"internalTitle": format!("Retitled {sequence}")});
@@ -378,14 +390,35 @@ impl Publisher {
                     crate::kafka::publish(&producer, &topics, &[event]).await;
                     published += 1;
                     counted.store(published, Ordering::Relaxed);
-                    if stopping.load(Ordering::Relaxed) {
+                    if stopping.load(Ordering::Relaxed) || pausing.load(Ordering::Relaxed) {
                         break;
                     }
                 }
             }
             published
         });
-        Self { stop, published, task }
+        Self { stop, paused, resting, published, task }
+    }
+
+    /// Stops publishing until [`Self::resume`], once the event in flight is published; how many events
+    /// were published so far.
+    pub async fn pause(&self) -> u64 {
+        self.paused.store(true, Ordering::Relaxed);
+        crate::eventually(Duration::from_secs(30), "the publisher to rest", || async {
+            self.resting.load(Ordering::Relaxed).then_some(())
+        })
+        .await;
+        self.published.load(Ordering::Relaxed)
+    }
+
+    /// Publishes again after [`Self::pause`] (returns once the publisher has taken it in, so that the next
+    /// pause waits for a rest of its own).
+    pub async fn resume(&self) {
+        self.paused.store(false, Ordering::Relaxed);
+        crate::eventually(Duration::from_secs(30), "the publisher to go on", || async {
+            (!self.resting.load(Ordering::Relaxed)).then_some(())
+        })
+        .await;
     }
 
     /// Waits until `more` events were published after this call: events flow across whatever comes next.

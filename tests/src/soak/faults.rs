@@ -29,10 +29,19 @@ pub enum Kind {
     /// A primary flushed and its heal held unfinished (every projector frozen) while the primary holding
     /// the generation's healing state is flushed too; then the projectors go on.
     HealHeldWhileItsStateIsFlushed,
+    /// A third projector joins, takes its share, and leaves (SIGTERM): the two others now hold partitions
+    /// they once lost to it. Then Redis (one primary of a cluster) is flushed.
+    StaleSharesThenFlushed,
 }
 
 impl Kind {
-    const ANYWHERE: [Kind; 4] = [Kind::ProjectorKilled, Kind::BrokerKilled, Kind::Rebuild, Kind::OverlappingRepairs];
+    const ANYWHERE: [Kind; 5] = [
+        Kind::ProjectorKilled,
+        Kind::BrokerKilled,
+        Kind::Rebuild,
+        Kind::OverlappingRepairs,
+        Kind::StaleSharesThenFlushed,
+    ];
     const ONE_REDIS: [Kind; 3] = [Kind::RedisFlushed, Kind::RedisRestartedEmpty, Kind::RedisBackFromAnOlderSnapshot];
     const CLUSTER: [Kind; 3] = [Kind::PrimaryFlushed, Kind::PrimaryFailedOver, Kind::HealHeldWhileItsStateIsFlushed];
 }
@@ -137,6 +146,16 @@ impl Injector {
         KillOnDrop(self.command(&format!("projector-{i}"), &[]).spawn().expect("projector starts"))
     }
 
+    /// Each projector's log so far (the third's of [`Kind::StaleSharesThenFlushed`] too), by name.
+    pub fn projector_logs(&self) -> Vec<(String, String)> {
+        (0..=PROJECTORS)
+            .map(|i| format!("projector-{i}"))
+            .filter_map(|name| {
+                Some((name.clone(), std::fs::read_to_string(self.logs.join(format!("{name}.log"))).ok()?))
+            })
+            .collect()
+    }
+
     /// Takes a snapshot of the one Redis: the one a later "back from an older snapshot" goes back to.
     pub fn save(&self) {
         if let Redis::One(redis) = &self.redis {
@@ -144,13 +163,17 @@ impl Injector {
         }
     }
 
-    /// Injects faults at random moments until `until`, then lets whatever it started end.
-    pub fn run_until(&mut self, until: Instant) {
+    /// A burst: 3 to 6 faults (as the seed draws) at random moments, ending at `until` at the latest.
+    pub fn burst(&mut self, until: Instant) {
         let kinds: Vec<Kind> = Kind::ANYWHERE
             .into_iter()
             .chain(if self.redis.is_cluster() { &Kind::CLUSTER[..] } else { &Kind::ONE_REDIS[..] }.iter().copied())
             .collect();
-        while Instant::now() < until {
+        let faults = 3 + self.rng.below(4);
+        for _ in 0..faults {
+            if Instant::now() >= until {
+                break;
+            }
             self.reap();
             let kind = kinds[self.rng.below(kinds.len() as u64) as usize];
             let started = chrono::Utc::now();
@@ -220,8 +243,31 @@ impl Injector {
             }
             Kind::PrimaryFailedOver => return self.fail_over(),
             Kind::HealHeldWhileItsStateIsFlushed => self.hold_a_heal_and_flush_its_state(),
+            Kind::StaleSharesThenFlushed => self.stale_shares_then_flush(),
         }
         true
+    }
+
+    /// A third projector joins for 3 to 6 s (long enough to take its share under either membership),
+    /// leaves as Kubernetes stops a pod, and Redis (one primary of a cluster) is flushed 0 to 2 s later.
+    fn stale_shares_then_flush(&mut self) {
+        let mut third = self.projector(PROJECTORS);
+        std::thread::sleep(Duration::from_millis(3000 + self.rng.below(3000)));
+        third.sigterm();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while third.try_wait().expect("projector status").is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        drop(third);
+        std::thread::sleep(Duration::from_millis(self.rng.below(2000)));
+        match &self.redis {
+            Redis::One(redis) => assert_eq!(redis.cli(&["FLUSHALL"]), "OK"),
+            Redis::Cluster(cluster) => {
+                let primaries = primaries(cluster);
+                let node = primaries[self.rng.below(primaries.len() as u64) as usize];
+                cluster.nodes[node].cli(&["FLUSHALL"]);
+            }
+        }
     }
 
     /// Flushes a primary other than the one holding the healing state of the active generation, freezes
@@ -286,8 +332,9 @@ impl Injector {
         self.organizations[self.rng.below(self.organizations.len() as u64) as usize].clone()
     }
 
-    /// Writes down the operator commands that ended, and starts again a projector that ended by itself.
-    fn reap(&mut self) {
+    /// Writes down the operator commands that ended, and starts again a projector that ended by itself,
+    /// as Kubernetes would.
+    pub fn reap(&mut self) {
         for i in 0..PROJECTORS {
             if let Some(status) = self.projectors[i].try_wait().expect("projector status") {
                 println!("[soak] projector {i} ended by itself ({status}): started again");

@@ -1,7 +1,7 @@
-//! The fault soak: faults of every kind at random moments, overlapping, while events flow and a prober
-//! reads; then the read model must equal a build from scratch and no wrong answer may have been given,
-//! whatever Redis lost and whenever (one bounded exception: [`PROMOTION_WINDOW`]). Run by `scripts/soak`
-//! (the `soak` binary).
+//! The fault soak: bursts of faults of every kind at random moments, overlapping, while events flow and a
+//! prober reads; after each burst the read model must equal a build from scratch within a bound (a 503 is
+//! honest only if it ends), and no wrong answer may have been given, whatever Redis lost and whenever (one
+//! bounded exception: [`PROMOTION_WINDOW`]). Run by `scripts/soak` (the `soak` binary).
 
 mod broker;
 mod faults;
@@ -27,7 +27,7 @@ use crate::faults::Publisher;
 use crate::kafka::Topics;
 use crate::own_redis::{OwnCluster, OwnRedis, Persistence};
 use crate::scenario::Scenario;
-use crate::{eventually, runner, unique};
+use crate::{runner, unique};
 
 /// How a soak runs.
 pub struct Options {
@@ -46,8 +46,10 @@ pub struct Options {
 /// a projector saw the failover. No loss excuses anything else: a live key refused or a short list is
 /// wrong at any time.
 pub const PROMOTION_WINDOW: Duration = Duration::from_secs(1);
-/// How long the read model may take to converge once the faults are over.
-const CONVERGENCE: Duration = Duration::from_secs(300);
+/// How long the read model may take to converge after a burst of faults: this plus [`PER_EVENT`] for each
+/// event on the topics (a loss of everything projects the whole stream again, as a replay does).
+const CONVERGENCE: Duration = Duration::from_secs(90);
+const PER_EVENT: Duration = Duration::from_millis(10);
 
 /// Runs the soak on `broker` (the `KAFKA_BROKERS` of this process must name it).
 pub async fn run(options: Options, broker: OwnBroker) -> Report {
@@ -80,25 +82,44 @@ pub async fn run(options: Options, broker: OwnBroker) -> Report {
     let prober = Prober::start(&app, &scenario);
     let publisher = Publisher::start(&topics, &scenario);
     let until = started + options.duration;
-    let mut injector = tokio::task::spawn_blocking(move || {
-        injector.run_until(until);
-        injector.settle(Duration::from_secs(180));
-        injector
-    })
-    .await
-    .expect("the faults' thread");
-    publisher.wait_more(20).await;
-    let published = publisher.finish().await;
-    println!("[soak] faults over after {:?}; {published} events published meanwhile", started.elapsed());
-
-    let total = published_total(&topics).await;
-    let reference = reference(&topics, total, &urls, cluster).await;
-    let converging = Instant::now();
-    wait_converged(&app, &prefix, &urls, cluster, &reference).await;
-    let converged = converging.elapsed();
-    let heard = prober.finish().await;
-    injector.settle(Duration::ZERO);
-    Report::new(&injector, &heard, converged, published)
+    // Bursts of faults, each followed by a quiet gap (no fault, no event) in which the read model must
+    // converge: a 503 is honest only if it ends.
+    let mut gaps = Vec::new();
+    loop {
+        injector = tokio::task::spawn_blocking(move || {
+            injector.burst(until);
+            injector.settle(Duration::from_secs(180));
+            injector
+        })
+        .await
+        .expect("the faults' thread");
+        publisher.wait_more(20).await;
+        let published = publisher.pause().await;
+        let total = published_total(&topics).await;
+        let reference = reference(&topics, total, &urls, cluster).await;
+        let within = CONVERGENCE + PER_EVENT * total as u32;
+        let gap = Gap { app: &app, prefix: &prefix, urls: &urls, cluster, reference: &reference, within };
+        match gap.wait_converged(&mut injector).await {
+            Ok(took) => {
+                println!("[soak] converged {took:?} after a burst ({total} events, within {within:?})");
+                gaps.push(took);
+            }
+            Err(unconverged) => {
+                println!("{unconverged}");
+                let heard = prober.finish().await;
+                injector.settle(Duration::ZERO);
+                return Report::new(&injector, &heard, gaps, published, Some(unconverged));
+            }
+        }
+        if Instant::now() >= until {
+            println!("[soak] faults over after {:?}; {published} events published meanwhile", started.elapsed());
+            publisher.finish().await;
+            let heard = prober.finish().await;
+            injector.settle(Duration::ZERO);
+            return Report::new(&injector, &heard, gaps, published, None);
+        }
+        publisher.resume().await;
+    }
 }
 
 /// Every message on the soak's topics, by their high watermarks (nothing is ever deleted from them).
@@ -133,24 +154,74 @@ async fn connect(urls: &str, cluster: bool) -> Connection {
     Connection::connect(&Target::new(urls, cluster), settings).await.expect("the soak's Redis")
 }
 
-/// Waits until the active generation digests like `reference` and the API is ready.
-async fn wait_converged(app: &TestApp, prefix: &str, urls: &str, cluster: bool, reference: &str) {
-    let conn = connect(urls, cluster).await;
-    let last = std::cell::Cell::new(Instant::now());
-    eventually(CONVERGENCE, "the read model to equal a build from scratch", || async {
-        let mut conn = conn.clone();
-        let generation: Option<u64> =
-            redis::cmd("GET").arg(Keyspace::active_generation(prefix)).query_async(&mut conn).await.ok().flatten();
-        let keys = Keyspace::new(prefix.to_string(), generation?);
-        let digest = runner::digest_of(&mut conn, &keys).await.ok()?.to_string();
-        let ready = app.admin_get("/readyz").await;
-        let converged = digest == reference && ready.status() == 200;
-        if !converged && last.get().elapsed() > Duration::from_secs(10) {
-            last.set(Instant::now());
+/// A quiet gap after a burst: the read model must equal `reference` (a build from scratch of everything
+/// published) and the API be ready, `within` the bound.
+struct Gap<'a> {
+    app: &'a TestApp,
+    prefix: &'a str,
+    urls: &'a str,
+    cluster: bool,
+    reference: &'a str,
+    within: Duration,
+}
+
+impl Gap<'_> {
+    /// Waits until converged, starting again any projector that ended by itself meanwhile; how long it
+    /// took, or what each projector and the read model say when it did not.
+    async fn wait_converged(&self, injector: &mut Injector) -> Result<Duration, String> {
+        let conn = connect(self.urls, self.cluster).await;
+        let (started, mut said) = (Instant::now(), Instant::now());
+        let mut last = String::new();
+        while started.elapsed() < self.within {
+            injector.reap();
+            let mut conn = conn.clone();
+            let active = Keyspace::active_generation(self.prefix);
+            let generation: Option<u64> = redis::cmd("GET").arg(active).query_async(&mut conn).await.ok().flatten();
+            let digest = match generation {
+                Some(g) => runner::digest_of(&mut conn, &Keyspace::new(self.prefix.to_string(), g)).await.ok(),
+                None => None,
+            };
+            let digest = digest.map(|d| d.to_string()).unwrap_or_default();
+            let ready = self.app.admin_get("/readyz").await;
+            let status = ready.status();
             let why = ready.text().await.unwrap_or_default();
-            println!("[soak] not converged yet: generation {generation:?}, {digest} (want {reference}), api: {why}");
+            if digest == self.reference && status == 200 {
+                return Ok(started.elapsed());
+            }
+            last = format!("generation {generation:?}, {digest} (want {}), api: {why}", self.reference);
+            if said.elapsed() > Duration::from_secs(10) {
+                said = Instant::now();
+                println!("[soak] not converged yet: {last}");
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        converged.then_some(())
-    })
-    .await;
+        Err(self.unconverged(injector, &conn, &last).await)
+    }
+
+    /// What a gap that did not converge leaves to read: the last look, each projector's losses and last
+    /// lines, and the active generation's healing and positions hashes.
+    async fn unconverged(&self, injector: &Injector, conn: &Connection, last: &str) -> String {
+        let mut out = format!("[soak] NOT CONVERGED within {:?} after a burst: {last}\n", self.within);
+        for (name, log) in injector.projector_logs() {
+            let losses = log.matches("the read model's Redis lost data").count();
+            out += &format!("--- {name}: {losses} losses logged; its last lines:\n");
+            let lines: Vec<&str> = log.lines().collect();
+            for line in &lines[lines.len().saturating_sub(15)..] {
+                out += &format!("  {line}\n");
+            }
+        }
+        let mut conn = conn.clone();
+        let active = Keyspace::active_generation(self.prefix);
+        let generation: u64 = redis::cmd("GET").arg(active).query_async(&mut conn).await.ok().flatten().unwrap_or(1);
+        let keys = Keyspace::new(self.prefix.to_string(), generation);
+        let mut hashes = vec![keys.healing()];
+        if let Ok(nodes) = conn.nodes().await {
+            hashes.extend(nodes.iter().map(|node| keys.positions_on(&node.slots)));
+        }
+        for hash in hashes {
+            let held: Result<Vec<(String, String)>, _> = redis::cmd("HGETALL").arg(&hash).query_async(&mut conn).await;
+            out += &format!("--- {hash}: {held:?}\n");
+        }
+        out
+    }
 }
