@@ -128,6 +128,11 @@ pub async fn list(conn: &mut Connection, prefix: &str, pointers: &Pointers) -> R
 /// before every 500 keys); returns how many keys it had.
 async fn delete_left_behind(conn: &mut Connection, prefix: &str, generation: u64) -> Result<usize, Error> {
     let pointers = Pointers::read(conn, prefix).await?;
+    // Without the active pointer (its primary lost it) the served generation reads as left behind: a
+    // missing key is no evidence that a generation is not served. A projector's start puts it back.
+    if pointers.active.is_none() {
+        return Err(Error::NoActiveGeneration { key: Keyspace::active_generation(prefix) });
+    }
     let found = list(conn, prefix, &pointers).await?;
     match found.iter().find(|g| g.generation == generation) {
         None => return Err(Error::Refused(format!("generation {generation} holds no keys"))),

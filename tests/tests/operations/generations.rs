@@ -68,6 +68,16 @@ async fn a_generation_left_behind_is_listed_and_deleted_on_request_and_an_active
     writer.stop().await;
     eventually(DEADLINE, "the pinned projector to leave", || async { (!writes_first().await).then_some(()) }).await;
 
+    // With the active pointer lost (its primary flushed), the served generation reads as left behind: no
+    // generation is deleted until a projector's start puts the pointer back.
+    let _: () = conn.del(Keyspace::active_generation(&prefix)).await.unwrap();
+    let refusal =
+        runner::output_within(runner::command(&topics, &prefix, &group, &["generations", "--delete", "2"]), DEADLINE);
+    let said = String::from_utf8_lossy(&refusal.stderr);
+    assert!(!refusal.status.success() && said.contains("pointer"), "{said}");
+    assert_eq!(runner::digest(&active).await, digest, "the served generation keeps every key");
+    let _: () = conn.set(Keyspace::active_generation(&prefix), 2).await.unwrap();
+
     // The one left behind goes, its meta included, and the active one is as it was.
     let deleted = listed(&["generations", "--delete", "1"]).await;
     assert!(deleted.starts_with("deleted generation 1 ("), "{deleted}");
