@@ -137,23 +137,29 @@ async fn positions_are_not_recorded_onto_a_redis_found_flushed() {
     assert!(held.is_empty(), "no position was written onto the flushed Redis: {held:?}");
 }
 
+/// A Redis of the test's own, a connection to it as a user that may not run `INFO` (the positions alone
+/// then tell a loss), and a projector's look on that connection.
+async fn watched_without_info() -> (OwnRedis, Connection, projector::Watch) {
+    let own = OwnRedis::with(end_to_end::own_redis::Persistence::AofAlways);
+    let user = ["ACL", "SETUSER", "no-info", "on", ">no-info-password", "~*", "&*", "+@all", "-info"];
+    assert_eq!(own.cli(&user), "OK");
+    let url = own.url().replace("redis://", "redis://no-info:no-info-password@");
+    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
+    let conn = Connection::connect(&Target::new(&url, false), settings).await.unwrap();
+    let metrics = std::sync::Arc::new(projector::Metrics::new(["s".into(), "i".into(), "k".into()]));
+    let watch = projector::Watch::new(conn.clone(), metrics);
+    (own, conn, watch)
+}
+
 /// Where the look at `INFO` did not see a flush (a user without `INFO`, or a flush between the look and
 /// the record), the record itself tells the loss; and it writes no position at all then, not even of a
 /// partition it had recorded nothing of before: that position would vouch for data the flush took, and
 /// reading again would start there, skipping it for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_that_finds_positions_lost_writes_none_even_of_partitions_new_to_it() {
-    use end_to_end::own_redis::Persistence;
-    use projector::{Metrics, Partition, Watch};
-    let own = OwnRedis::with(Persistence::AofAlways);
-    let user = ["ACL", "SETUSER", "no-info", "on", ">no-info-password", "~*", "&*", "+@all", "-info"];
-    assert_eq!(own.cli(&user), "OK");
-    let url = own.url().replace("redis://", "redis://no-info:no-info-password@");
-    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
-    let conn = Connection::connect(&Target::new(&url, false), settings).await.unwrap();
+    use projector::Partition;
+    let (own, conn, mut watch) = watched_without_info().await;
     let keys = Keyspace::new(unique("unseen"), 1);
-    let metrics = std::sync::Arc::new(Metrics::new(["s".into(), "i".into(), "k".into()]));
-    let mut watch = Watch::new(conn.clone(), metrics);
     let (a, b) = (Partition::new("s", 0), Partition::new("s", 1));
     let first = watch.losses(&keys, &[(a.clone(), 10)].into()).await.unwrap();
     assert!(first.is_empty(), "{first:?}");
@@ -182,18 +188,10 @@ async fn a_record_that_finds_positions_lost_writes_none_even_of_partitions_new_t
 /// Kept, they would keep the hash from ever being opened: every later record refused, no batch written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_projector_that_lost_a_partition_to_another_opens_a_flushed_primary_again_once_it_answered_the_loss() {
-    use end_to_end::own_redis::Persistence;
-    use projector::{Metrics, Partition, Watch};
+    use projector::Partition;
     use std::collections::{BTreeSet, HashMap};
-    let own = OwnRedis::with(Persistence::AofAlways);
-    let user = ["ACL", "SETUSER", "no-info", "on", ">no-info-password", "~*", "&*", "+@all", "-info"];
-    assert_eq!(own.cli(&user), "OK");
-    let url = own.url().replace("redis://", "redis://no-info:no-info-password@");
-    let settings = Settings { timeout: Duration::from_secs(5), cluster_retries: 12 };
-    let conn = Connection::connect(&Target::new(&url, false), settings).await.unwrap();
+    let (own, conn, mut watch) = watched_without_info().await;
     let keys = Keyspace::new(unique("moved"), 1);
-    let metrics = std::sync::Arc::new(Metrics::new(["s".into(), "i".into(), "k".into()]));
-    let mut watch = Watch::new(conn.clone(), metrics);
     let (p0, p1) = (Partition::new("s", 0), Partition::new("s", 1));
     let recorded = watch.losses(&keys, &[(p0.clone(), 10), (p1.clone(), 7)].into()).await.unwrap();
     assert!(recorded.is_empty(), "{recorded:?}");
