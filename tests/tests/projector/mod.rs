@@ -9,6 +9,7 @@ mod group;
 mod handover;
 mod kafka_clients;
 mod late_events;
+mod looks;
 mod projection;
 mod rebuild;
 mod repair;
