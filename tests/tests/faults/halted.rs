@@ -42,11 +42,17 @@ async fn a_loss_while_a_partition_is_halted_heals_up_to_the_halt_and_the_other_o
     kafka::publish(&kafka::producer(), &topics, &messages).await;
     let mut config = runner::config(&topics, &prefix, &unique("g"));
     config.redis.url = redis.url().into();
+    // One Redis of the test's own, whatever the leg's Redis is.
+    config.redis.cluster = false;
     config.redis.timeout_ms = 1000;
     // The halt is read again only after the test: whatever heals meanwhile heals with it halted.
     config.dead_letter_limit_retry_secs = 600;
     let running = runner::spawn(config).await;
-    let app = api::spawn_app(api::config(&prefix, &redis.url())).await;
+    let app = {
+        let mut api = api::config(&prefix, &redis.url());
+        api.redis.cluster = false;
+        api::spawn_app(api).await
+    };
 
     let halted = || sample(&running.metrics_text(), "projector_partitions_halted", &[]);
     eventually(Duration::from_secs(60), "the study partition halted", || async { (halted() == 1.0).then_some(()) })
