@@ -73,8 +73,9 @@ pub enum Interrupted {
     Lost(Losses),
     /// Redis did not say whether it lost data: nothing was written, the batch is read again.
     Unanswered,
-    /// Redis failed a write, which was waited out: the batch is read again (what was written of it stays:
-    /// every write checks its aggregate's sequence), after the live loop's housekeeping.
+    /// Redis failed a write, now or before and its delay is not over: the batch is read again (what was
+    /// written of it stays: every write checks its aggregate's sequence) after a slice of the wait and
+    /// the live loop's housekeeping.
     Retried,
 }
 

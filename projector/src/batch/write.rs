@@ -1,9 +1,12 @@
 //! Writing a batch: its groups to Redis and its poison to the dead-letter topics, each tried again while
-//! the server is away. A write Redis fails is waited out once (with backoff that keeps growing across
-//! batches while Redis keeps failing) and then handed back to the live loop, the batch dropped and read
+//! the server is away. A write Redis fails is handed back to the live loop, the batch dropped and read
 //! again: held in place, the loop would report nothing, look at nothing and poll nothing for as long as
-//! Redis refuses (an ACL, a full Redis, a hold), and past `max.poll.interval.ms` the member would leave
-//! its group. Reading the batch again is harmless: every write checks the aggregate's sequence.
+//! Redis refuses (an ACL, a full Redis, a hold), its report would lapse, and past `max.poll.interval.ms`
+//! the member would leave its group. The backoff before the next attempt keeps growing across batches
+//! while Redis keeps failing, and is waited out at most [`SLICE`] at a time, the loop's housekeeping
+//! between two slices. Reading the batch again is harmless: every write checks the aggregate's sequence.
+
+use std::time::Duration;
 
 use shared::loss::{Loss, Losses};
 use tokio::sync::watch;
@@ -34,8 +37,8 @@ pub(super) async fn set_aside(
 }
 
 /// Writes every group. When Redis refuses the batch for a reason no retry can fix, writes the groups one
-/// at a time and returns those it refuses, with why. Any other failure is waited out and handed back
-/// ([`Interrupted::Retried`]: the batch is read again). The guard is asked before the first write and
+/// at a time and returns those it refuses, with why. Any other failure is handed back
+/// ([`Interrupted::Retried`]: the batch is read again once a slice of the backoff is waited). The guard is asked before the first write and
 /// after every error; nothing is written once it says Redis may have lost data.
 pub(super) async fn write_all<'a>(
     groups: &'a [Group<'a>],
@@ -45,6 +48,10 @@ pub(super) async fn write_all<'a>(
     stopped: &mut watch::Receiver<bool>,
 ) -> Result<(Applied<'a>, Vec<(&'a Group<'a>, String)>), Interrupted> {
     let retry = Retry { what: "apply a batch to redis", metrics };
+    // A write Redis failed is not tried again before its delay is over.
+    if !store.retry_pace().remaining().is_zero() {
+        return Err(wait_a_slice(store, stopped).await);
+    }
     let (mut applied, mut refused) = (Vec::new(), Vec::new());
     let mut pending: Vec<&'a [Group<'a>]> = vec![groups];
     // A Redis that cannot say whether it lost data is not written to. Its silence is waited out once,
@@ -61,7 +68,7 @@ pub(super) async fn write_all<'a>(
         match store.apply(part, guard).await {
             Ok(done) => {
                 metrics.redis.out_of_memory.set(0);
-                store.retry_backoff().reset();
+                store.retry_pace().succeeded();
                 applied.extend(done);
             }
             // Redis lost data between the check and the write: what the write found gone is the loss.
@@ -94,6 +101,13 @@ struct Retry<'a> {
 }
 
 impl Retry<'_> {
+    /// A failure: logged, counted, and kept as what holds the projector.
+    fn failed(&self, error: impl std::fmt::Display) {
+        self.metrics.retries.inc();
+        self.metrics.stuck.obstacle(format_args!("could not {}: {error}", self.what));
+        tracing::error!(error = %error, "could not {}; retrying", self.what);
+    }
+
     /// After a failure: true once it is time to try again, false when shut down meanwhile.
     async fn after(
         &self,
@@ -101,24 +115,34 @@ impl Retry<'_> {
         backoff: &mut Backoff,
         stopped: &mut watch::Receiver<bool>,
     ) -> bool {
-        self.metrics.retries.inc();
-        self.metrics.stuck.obstacle(format_args!("could not {}: {error}", self.what));
-        tracing::error!(error = %error, "could not {}; retrying", self.what);
+        self.failed(error);
         backoff.wait(stopped).await
     }
 
-    /// After a failure of Redis: waits with the store's backoff, then hands the batch back to be read
-    /// again ([`Interrupted::Retried`]), or says it was shut down meanwhile.
+    /// After a failure of Redis: the next attempt is due after the store's backoff, of which a slice is
+    /// waited before the batch is handed back to be read again ([`Interrupted::Retried`]); or it was shut
+    /// down meanwhile.
     async fn hand_back(
         &self,
         error: impl std::fmt::Display,
         store: &mut Store,
         stopped: &mut watch::Receiver<bool>,
     ) -> Interrupted {
-        if self.after(error, store.retry_backoff(), stopped).await {
-            Interrupted::Retried
-        } else {
-            Interrupted::Stopped
-        }
+        self.failed(error);
+        store.retry_pace().failed();
+        wait_a_slice(store, stopped).await
+    }
+}
+
+/// How long a write Redis failed is waited out at a time: the live loop's housekeeping comes between two
+/// slices, well within a projector report's lifetime (5 s).
+const SLICE: Duration = Duration::from_secs(1);
+
+/// Waits for the next write to be due, a [`SLICE`] at most; then the batch is handed back.
+async fn wait_a_slice(store: &mut Store, stopped: &mut watch::Receiver<bool>) -> Interrupted {
+    let slice = store.retry_pace().remaining().min(SLICE);
+    tokio::select! {
+        _ = stopped.wait_for(|stop| *stop) => Interrupted::Stopped,
+        _ = tokio::time::sleep(slice) => Interrupted::Retried,
     }
 }

@@ -39,7 +39,7 @@ pub use error::StoreError;
 pub use guard::{Doubt, Guard};
 pub use late::{late_aggregates, repair_command};
 
-use crate::backoff::Backoff;
+use crate::backoff::Paced;
 use crate::fold::{fold, State, Verdict};
 use crate::observe::Outcome;
 use states::state_reads;
@@ -79,9 +79,9 @@ pub struct Store {
     layout: Option<u32>,
     /// The owners recorded or read since the last loss ([`owners::Known`]).
     known: owners::Known,
-    /// How long to wait before writing again after Redis failed a write: it keeps growing across batches
-    /// while Redis keeps failing (each failed batch is handed back to the live loop and read again).
-    retry: Backoff,
+    /// When to write again after Redis failed a write: the delay keeps growing across batches while Redis
+    /// keeps failing (each failed batch is handed back to the live loop and read again).
+    retry: Paced,
 }
 
 struct Pending<'a> {
@@ -105,7 +105,7 @@ impl Store {
             epochs: HashSet::new(),
             layout: None,
             known: owners::Known::default(),
-            retry: Backoff::new(),
+            retry: Paced::new(),
         }
     }
 
@@ -113,8 +113,8 @@ impl Store {
         &self.keys
     }
 
-    /// The wait before the next write after Redis failed one.
-    pub(crate) fn retry_backoff(&mut self) -> &mut Backoff {
+    /// When the next write is due after Redis failed one.
+    pub(crate) fn retry_pace(&mut self) -> &mut Paced {
         &mut self.retry
     }
 
