@@ -30,25 +30,28 @@ pub async fn holding_keys(conn: &mut Connection, prefix: &str, last: u64) -> red
     Ok(found)
 }
 
-/// The highest generation under `prefix` whose meta or positions on some primary exist, found without
+/// Every generation under `prefix` whose meta or positions on some primary exist, found without
 /// the pointers that name one: Redis can lose the active pointer and the counter with their primaries,
 /// and a primary restarted from an older snapshot sets the counter back below generations that hold keys
 /// (counted up to it, a walk would begin a generation beside the real one). So always by `SCAN` over every
 /// primary, for the metas and positions alone (the server walks the whole keyspace; the projector holds a
 /// few keys per generation). Only a start that found no active pointer asks: at a read model's very first
-/// start, and after such a loss. `None`: Redis holds no generation.
-pub async fn highest_holding_keys(conn: &mut Connection, prefix: &str) -> redis::RedisResult<Option<u64>> {
-    let mut highest = None;
+/// start, and after such a loss. Empty: Redis holds no generation.
+pub async fn all_holding_keys(
+    conn: &mut Connection,
+    prefix: &str,
+) -> redis::RedisResult<std::collections::BTreeSet<u64>> {
+    let mut found = std::collections::BTreeSet::new();
     let base = format!("{prefix}:g");
     for pattern in [format!("{base}*:meta"), format!("{base}*:position")] {
         for key in conn.scan(&pattern).await? {
             let generation = key.strip_prefix(&base).and_then(|rest| rest.split(':').next());
             if let Some(generation) = generation.and_then(|g| g.parse::<u64>().ok()) {
-                highest = highest.max(Some(generation));
+                found.insert(generation);
             }
         }
     }
-    Ok(highest)
+    Ok(found)
 }
 
 /// Every key of the generation, by SCAN (over every primary of a cluster).

@@ -31,7 +31,7 @@ pub mod rebuild;
 mod retire;
 
 pub use control::{rebuild_state, signals, Signals};
-pub use keys::{delete_generation, delete_generation_while, generation_keys, highest_holding_keys, holding_keys};
+pub use keys::{all_holding_keys, delete_generation, delete_generation_while, generation_keys, holding_keys};
 pub use meta::{check_layout, layout, restore_layout, write_layout};
 pub use pointer::Pointers;
 pub use retire::Undone;

@@ -96,11 +96,11 @@ impl Projector {
         watch.look().await?;
         let mut active = generation::pointer::active(&mut conn, &config.redis.key_prefix).await?;
         // No pointer is no evidence of no read model: Redis may have lost the pointer with its primary
-        // while it holds generations. The highest is put back (once marked, below), never a new one begun
-        // beside it.
+        // while it holds generations. One is put back (once marked, below), never a new one begun beside
+        // it: see [`to_put_back`].
         let mut restored = None;
         if config.generation.is_none() && active.is_none() {
-            restored = generation::highest_holding_keys(&mut conn, &config.redis.key_prefix).await?;
+            restored = to_put_back(&mut conn, &config.redis.key_prefix).await?;
             if let Some(generation) = restored {
                 tracing::error!(
                     generation,
@@ -231,4 +231,21 @@ impl Projector {
     pub(crate) fn take_watch(&mut self) -> Watch {
         self.watch.take().unwrap_or_else(|| Watch::new(self.conn(), self.metrics()))
     }
+}
+
+/// The generation a start puts the lost active pointer back to. The highest that live projectors report
+/// writing, when any does: they were serving it a moment ago. Else the highest Redis holds but the one a
+/// rebuild builds (unfinished or abandoned: put back, the API would answer 503 until it caught up, and a
+/// rebuild by a newer release would stop every start on its layout); the rebuild's only when Redis holds
+/// no other. `None`: Redis holds no generation, a new read model.
+async fn to_put_back(conn: &mut Connection, prefix: &str) -> Result<Option<u64>, Error> {
+    let holding = generation::all_holding_keys(conn, prefix).await?;
+    let reported = live_instances(conn, prefix).await?;
+    let written = reported.values().map(|i| i.generation).filter(|g| holding.contains(g)).max();
+    if written.is_some() {
+        return Ok(written);
+    }
+    let building = generation::rebuild_state(conn, prefix).await?.generation;
+    let finished = holding.iter().rev().find(|g| Some(**g) != building);
+    Ok(finished.or(holding.last()).copied())
 }

@@ -68,6 +68,39 @@ async fn a_projector_started_without_the_active_pointer_puts_back_the_generation
     }
 }
 
+/// The pointer lost while a live projector writes generation 1 and a rebuild's generation 2, not switched
+/// to, holds keys: a start puts back the generation the live projectors report writing, never the
+/// rebuild's own (put back, it would be served before it caught up, or stop every start on a newer
+/// layout).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_without_the_pointer_puts_back_the_generation_live_projectors_write_not_a_rebuilds() {
+    let runner::Built { topics, prefix, config, total, .. } = runner::dataset_built("put-back").await;
+    let mut conn = redis().await;
+    let live = runner::spawn(config.clone()).await;
+    eventually(DEADLINE, "the live projector to report generation 1", || async {
+        let all = runner::instances(&conn, &prefix).await;
+        all.iter().any(|(_, _, generation)| *generation == 1).then_some(())
+    })
+    .await;
+    // A rebuild's generation 2, built and not switched to, its state naming it.
+    let _: () = conn.set(Keyspace::generation_counter(&prefix), 2).await.unwrap();
+    let mut second = runner::config(&topics, &prefix, &end_to_end::unique("g"));
+    second.generation = Some(2);
+    runner::build(second, total, DEADLINE).await;
+    let rebuild = Keyspace::rebuild(&prefix);
+    let _: () = conn.hset_multiple(&rebuild, &[("generation", "2"), ("phase", "building")]).await.unwrap();
+
+    let _: () = conn.del(Keyspace::active_generation(&prefix)).await.unwrap();
+    let started = runner::spawn(config.clone()).await;
+    let pointer = eventually(DEADLINE, "the start to write a pointer", || async {
+        conn.clone().get::<_, Option<u64>>(Keyspace::active_generation(&prefix)).await.ok().flatten()
+    })
+    .await;
+    assert_eq!(pointer, 1, "the generation the live projector writes is put back, not the rebuild's");
+    started.stop().await;
+    live.stop().await;
+}
+
 /// A command that works on the active generation, started while the pointer is missing, refuses and
 /// writes nothing: taking the absence for generation 1 would point the API at a generation that holds
 /// nothing (here generation 2 is the real one), and it would serve it.
