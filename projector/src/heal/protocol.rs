@@ -3,6 +3,7 @@
 //! healing, and reads its own partitions again from the position Redis holds.
 
 use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
 
 use shared::connection::Connection;
 use shared::loss::{Loss, Losses};
@@ -33,10 +34,23 @@ pub struct Heal {
     /// A loss not marked yet (Redis did not answer), or whose healing entries are not all written yet
     /// (the broker did not answer).
     pending: Option<Pending>,
-    /// Where each partition of this projector still healing stood at the last look: one that has not moved
-    /// since is asked for its end ([`Heal::answer`]).
-    short: HashMap<Partition, i64>,
+    /// Each partition of this projector still short of its healing target: where it stands, since when,
+    /// and when its end was last asked ([`Heal::answer`]).
+    short: HashMap<Partition, Short>,
 }
+
+/// A partition short of its healing target, as the looks saw it.
+struct Short {
+    at: i64,
+    since: Instant,
+    asked: Option<Instant>,
+}
+
+/// How long a partition short of its target must stand still before its end is asked, and how often it
+/// is asked again: a partition read again moves within that (one waiting its turn, or read one message a
+/// batch, does not ask at every look), and a leader's high watermark that lags for a moment after a
+/// change of leader has caught up.
+const STILL_FOR: Duration = Duration::from_secs(5);
 
 /// A loss being marked: first the whole generation as incomplete, then each partition.
 #[derive(Clone)]
@@ -246,21 +260,31 @@ impl Heal {
 }
 
 impl Heal {
-    /// The end of each of this projector's partitions still short of its healing target that has not
-    /// moved since the last look: a partition being read again moves between two looks, so the broker is
-    /// asked only about one that may wait for messages it no longer holds. Empty when it does not answer.
+    /// The end of each of this projector's partitions still short of its healing target that has stood
+    /// still for [`STILL_FOR`], asked at most once in that long: a partition read again moves, so the
+    /// broker is asked only about one that may wait for messages it no longer holds. Empty when it does
+    /// not answer.
     fn ends_of_the_still(
         &mut self,
         projector: &Parts<'_>,
         mine: &HashMap<&Partition, &Healing>,
         positions: &HashMap<Partition, i64>,
     ) -> HashMap<Partition, i64> {
-        let short: HashMap<Partition, i64> = mine
-            .iter()
-            .filter_map(|(p, entry)| Some(((*p).clone(), *positions.get(*p)?)).filter(|(_, at)| *at < entry.target))
-            .collect();
-        let still: Vec<Partition> =
-            short.iter().filter(|(p, at)| self.short.get(*p) == Some(*at)).map(|(p, _)| p.clone()).collect();
+        let now = Instant::now();
+        let mut short = HashMap::new();
+        for (partition, entry) in mine {
+            let Some(at) = positions.get(*partition).copied().filter(|at| *at < entry.target) else { continue };
+            let seen = match self.short.remove(*partition) {
+                Some(seen) if seen.at == at => seen,
+                _ => Short { at, since: now, asked: None },
+            };
+            short.insert((*partition).clone(), seen);
+        }
+        let due = |s: &Short| now - s.since >= STILL_FOR && s.asked.is_none_or(|asked| now - asked >= STILL_FOR);
+        let still: Vec<Partition> = short.iter().filter(|(_, s)| due(s)).map(|(p, _)| p.clone()).collect();
+        for partition in &still {
+            short.get_mut(partition).expect("short").asked = Some(now);
+        }
         self.short = short;
         if still.is_empty() {
             return HashMap::new();
